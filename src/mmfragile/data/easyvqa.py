@@ -1,0 +1,55 @@
+"""easy-VQA (PyPI package ``easy-vqa``) turned into multiple choice.
+
+easy-VQA ships 64x64 images of one coloured shape with open questions about shape, colour and
+yes/no. Each question becomes multiple choice: the true answer plus seeded distractors drawn
+from the same answer family (shape / colour / yes-no), 2-5 options in total (yes/no questions
+have exactly 2; shape questions at most 3, since easy-VQA has three shapes).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..schema import DataError, MCQuestion, questions_frame, validate_questions
+
+SHAPES = ["circle", "rectangle", "triangle"]
+YES_NO = ["yes", "no"]
+
+
+def easy_vqa_root() -> Path:
+    spec = importlib.util.find_spec("easy_vqa")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError("the easy-vqa package is not installed (pip install easy-vqa)")
+    return Path(list(spec.submodule_search_locations)[0]) / "data"
+
+
+def load_easy_vqa(split: str = "test", n: int | None = 200, seed: int = 0, max_options: int = 5) -> pd.DataFrame:
+    """The first ``n`` questions of a split (a seeded sample of questions if ``n`` is smaller), as MC."""
+    root = easy_vqa_root()
+    qfile = root / split / "questions.json"
+    if not qfile.is_file():
+        raise DataError(f"easy-vqa split {split!r} not found at {qfile}")
+    records = json.loads(qfile.read_text())
+    answers = [a.strip() for a in (root / "answers.txt").read_text().splitlines() if a.strip()]
+    colours = [a for a in answers if a not in SHAPES + YES_NO]
+    rng = np.random.default_rng(seed)
+    idx = np.arange(len(records)) if n is None or n >= len(records) else np.sort(rng.choice(len(records), n, replace=False))
+    qs = []
+    for i in idx:
+        text, answer, image_id = records[int(i)]
+        where = f"{qfile}, row {int(i)}"
+        family = SHAPES if answer in SHAPES else YES_NO if answer in YES_NO else colours
+        if answer not in family:
+            raise DataError(f"{where}: answer {answer!r} is in no easy-vqa answer family")
+        k = 2 if family is YES_NO else int(rng.integers(2, min(max_options, len(family)) + 1))
+        distractors = list(rng.choice([a for a in family if a != answer], size=k - 1, replace=False))
+        opts = [str(o) for o in rng.permutation(distractors + [answer])]
+        cat = "shape" if family is SHAPES else "yes/no" if family is YES_NO else "colour"
+        img = root / split / "images" / f"{image_id}.png"
+        qs.append(MCQuestion("easy-vqa", f"{split}-{int(i)}", text[0].upper() + text[1:], opts, opts.index(answer),
+                             [str(img)], cat, "image"))
+    return validate_questions(questions_frame(qs), source=str(qfile))

@@ -1,0 +1,516 @@
+"""Judge data for the MM-JudgeBias study: a synthetic set built with Pillow, and a loader.
+
+:func:`make_judge_set` draws simple scenes (coloured shapes on plain backgrounds) with a
+question whose answer needs the image (a count, a colour or a shape), a correct and a wrong
+response per scene (gold scores 9 and 2 by default), plus a few text-only items (arithmetic,
+sorting, letter counting) so that the Unnecessary-Image perturbation has something to act on.
+Everything is drawn from one ``numpy`` Generator, so a seed fixes the set byte for byte.
+
+:func:`load_judge_dir` reads judge samples from a local folder/file of JSON or JSONL records, in
+either of two shapes:
+
+* **flat** - one judged item per record (what :func:`make_judge_set` and
+  :func:`mmfragile.perturbations.save_perturbed` write)::
+
+      {"sample_id": "...", "query": "...", "images": ["rel/or/abs.png"], "response": "...",
+       "gold_score": 9, "meta": {...}}
+
+  Aliases accepted: ``id``/``question_id`` for ``sample_id``; ``instruction``/``question``/
+  ``prompt`` for ``query``; ``image``/``image_path``/``image_paths`` for ``images``; ``answer``/
+  ``output`` for ``response``; ``score``/``rating`` for ``gold_score``. Unknown keys go to meta.
+
+* **paired** - the released MM-JudgeBias records (HF ``naver-ai/MM-JudgeBias`` exported to
+  JSON/JSONL): ``id, bias_type, bias_category, task_type, domain_type, difficulty,
+  unbiased_source, biased_source, response, unbiased_instruction, biased_instruction,
+  unbiased_image, biased_image``. Each record gives two samples with the same ``sample_id``
+  (``str(id)``): the unbiased one (``meta["perturbation"] = "none"``) and the biased one
+  (``meta["perturbation"] = bias_type``). The benchmark has no gold score (BD/BC compare a
+  judge's unbiased and biased scores, Sec. 3.2), so ``gold_score`` is None. Images that ship as
+  null cells (restricted sources) are looked up in ``images_dir`` as ``{id:04d}_{role}.jpg`` or
+  ``{id:04d}.jpg``, the names the authors' reconstruction script writes.
+
+Image fields may be a path (absolute, or relative to the record's file, to ``images_dir`` or to
+an ``images/`` folder next to the file), a ``{"path": ...}`` or ``{"bytes": <base64>}`` dict, or a
+list of those. Bad input raises :class:`~mmfragile.schema.DataError` naming the file and row.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+from PIL import Image, ImageDraw, UnidentifiedImageError
+
+from mmfragile.perturbations import JudgeSample, image_sha256
+from mmfragile.schema import DataError, check_image
+
+__all__ = ["make_judge_set", "load_judge_dir", "MANIFEST_NAME", "COLORS", "SHAPES", "BACKGROUNDS"]
+
+#: File name of the manifest :func:`make_judge_set` writes next to its images.
+MANIFEST_NAME = "judge_set.jsonl"
+
+COLORS: dict[str, tuple[int, int, int]] = {
+    "red": (220, 40, 40),
+    "green": (40, 160, 60),
+    "blue": (40, 80, 210),
+    "yellow": (240, 200, 30),
+    "purple": (140, 60, 170),
+    "orange": (245, 130, 30),
+}
+SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "diamond")
+BACKGROUNDS: dict[str, tuple[int, int, int]] = {
+    "white": (255, 255, 255),
+    "light grey": (215, 215, 215),
+    "beige": (240, 230, 200),
+    "pale blue": (215, 230, 245),
+}
+_WORDS = ("banana", "window", "river", "elephant", "pencil", "mountain", "orchestra", "galaxy", "kitchen", "lantern")
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic set
+# --------------------------------------------------------------------------------------------
+
+
+def _draw_shape(d: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: float, fill) -> None:
+    if shape == "circle":
+        d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
+    elif shape == "square":
+        s = r * 0.9
+        d.rectangle([cx - s, cy - s, cx + s, cy + s], fill=fill)
+    elif shape == "triangle":
+        d.polygon([(cx, cy - r), (cx + r * 0.95, cy + r * 0.8), (cx - r * 0.95, cy + r * 0.8)], fill=fill)
+    elif shape == "diamond":
+        d.polygon([(cx, cy - r), (cx + r * 0.8, cy), (cx, cy + r), (cx - r * 0.8, cy)], fill=fill)
+    else:  # pragma: no cover - guarded by SHAPES
+        raise ValueError(shape)
+
+
+def _background(rgb: tuple[int, int, int], size: int) -> Image.Image:
+    """A plain background with a soft vertical shading (top 8 % darker), so that histogram-based
+    photometric operations see a spread of values, as in a photo, instead of a single one."""
+    shade = np.linspace(0.92, 1.0, size, dtype=np.float64)[:, None, None]
+    arr = np.clip(np.rint(np.asarray(rgb, dtype=np.float64)[None, None, :] * shade), 0, 255).astype(np.uint8)
+    return Image.fromarray(np.ascontiguousarray(np.broadcast_to(arr, (size, size, 3))))
+
+
+def _choice(rng: np.random.Generator, seq) -> Any:
+    seq = list(seq)
+    return seq[int(rng.integers(len(seq)))]
+
+
+def _plural(word: str, k: int) -> str:
+    return word if k == 1 else word + "s"
+
+
+def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, dict, str, str, str]:
+    """One scene: image, facts, query, correct response, wrong response."""
+    bg_name = _choice(rng, BACKGROUNDS)
+    qtype = _choice(rng, ("count", "color", "shape"))
+    colors, shapes = list(COLORS), list(SHAPES)
+    objects: list[tuple[str, str]] = []  # (shape, colour)
+    if qtype == "count":
+        shape, color = _choice(rng, shapes), _choice(rng, colors)
+        k = int(rng.integers(1, 5))
+        objects += [(shape, color)] * k
+        for _ in range(int(rng.integers(0, 3))):  # distractors differ in shape or colour
+            while True:
+                o = (_choice(rng, shapes), _choice(rng, colors))
+                if o != (shape, color):
+                    break
+            objects.append(o)
+        query = f"How many {color} {shape}s are there in the image?"
+        wrong = _choice(rng, [j for j in range(1, 6) if j != k])
+        good = f"There {'is' if k == 1 else 'are'} {k} {color} {_plural(shape, k)} in the image."
+        bad = f"There {'is' if wrong == 1 else 'are'} {wrong} {color} {_plural(shape, wrong)} in the image."
+        facts = {"target_shape": shape, "target_color": color, "count": k, "wrong": wrong}
+    elif qtype == "color":
+        shape, color = _choice(rng, shapes), _choice(rng, colors)
+        objects.append((shape, color))
+        for _ in range(int(rng.integers(0, 3))):  # distractors: other shapes, so "the <shape>" is unique
+            objects.append((_choice(rng, [s for s in shapes if s != shape]), _choice(rng, colors)))
+        query = f"What colour is the {shape} in the image?"
+        wrong = _choice(rng, [c for c in colors if c != color])
+        good, bad = f"The {shape} is {color}.", f"The {shape} is {wrong}."
+        facts = {"target_shape": shape, "target_color": color, "count": 1, "wrong": wrong}
+    else:
+        shape, color = _choice(rng, shapes), _choice(rng, colors)
+        objects.append((shape, color))
+        for _ in range(int(rng.integers(0, 3))):  # distractors: other colours, so "the <colour> object" is unique
+            objects.append((_choice(rng, shapes), _choice(rng, [c for c in colors if c != color])))
+        query = f"What shape is the {color} object in the image?"
+        wrong = _choice(rng, [s for s in shapes if s != shape])
+        good, bad = f"The {color} object is a {shape}.", f"The {color} object is a {wrong}."
+        facts = {"target_shape": shape, "target_color": color, "count": 1, "wrong": wrong}
+
+    order = rng.permutation(len(objects))
+    objects = [objects[int(i)] for i in order]
+    img = _background(BACKGROUNDS[bg_name], size)
+    d = ImageDraw.Draw(img)
+    cell = size / 3.0
+    cells = rng.choice(9, size=len(objects), replace=False)
+    placed = []
+    for (shape, color), c in zip(objects, cells):
+        r = float(rng.uniform(0.26, 0.38)) * cell
+        slack = cell / 2.0 - r
+        cx = (int(c) % 3 + 0.5) * cell + float(rng.uniform(-slack, slack))
+        cy = (int(c) // 3 + 0.5) * cell + float(rng.uniform(-slack, slack))
+        _draw_shape(d, shape, cx, cy, r, COLORS[color])
+        placed.append({"shape": shape, "color": color, "center": [round(cx, 1), round(cy, 1)], "radius": round(r, 1)})
+    facts = {"question_type": qtype, "background": bg_name, **facts, "objects": placed}
+    return img, facts, query, good, bad
+
+
+def _text_item(rng: np.random.Generator) -> tuple[dict, str, str, str]:
+    kind = _choice(rng, ("add", "multiply", "sort", "letters"))
+    if kind == "add":
+        a, b = int(rng.integers(10, 100)), int(rng.integers(10, 100))
+        delta = _choice(rng, [x for x in range(-9, 10) if x != 0])
+        q = f"What is {a} + {b}?"
+        good, bad = f"{a} + {b} = {a + b}.", f"{a} + {b} = {a + b + delta}."
+    elif kind == "multiply":
+        a, b = int(rng.integers(3, 13)), int(rng.integers(3, 13))
+        delta = _choice(rng, [x for x in range(-5, 6) if x != 0])
+        q = f"What is {a} times {b}?"
+        good, bad = f"{a} times {b} is {a * b}.", f"{a} times {b} is {a * b + delta}."
+    elif kind == "sort":
+        nums = [int(x) for x in rng.choice(np.arange(1, 100), size=4, replace=False)]
+        s = sorted(nums)
+        j = int(rng.integers(3))
+        w = s.copy()
+        w[j], w[j + 1] = w[j + 1], w[j]
+        q = f"Sort the numbers {', '.join(map(str, nums))} from smallest to largest."
+        good, bad = f"Sorted: {', '.join(map(str, s))}.", f"Sorted: {', '.join(map(str, w))}."
+    else:
+        word = _choice(rng, _WORDS)
+        delta = _choice(rng, [-2, -1, 1, 2])
+        q = f"How many letters are in the word '{word}'?"
+        good, bad = f"The word '{word}' has {len(word)} letters.", f"The word '{word}' has {len(word) + delta} letters."
+    return {"question_type": kind}, q, good, bad
+
+
+def make_judge_set(n: int, seed: int, out_dir: str | Path, *, n_text: int | None = None, image_size: int = 256,
+                   good_score: float = 9.0, bad_score: float = 2.0) -> list[JudgeSample]:
+    """Build a small synthetic judge set, deterministic from ``seed``.
+
+    ``n`` image scenes, each giving two samples with the same query and image: a correct
+    response (``gold_score=good_score``, id ``img<i>-good``) and a wrong one - wrong count,
+    colour or shape (``bad_score``, id ``img<i>-bad``); then ``n_text`` (default
+    ``max(2, n // 4)``) text-only items, likewise a good and a bad response each (``txt<j>-...``).
+    Samples of one item share ``meta["item_id"]``, which keeps the misalignment perturbations
+    from drawing a sibling. Images are saved as ``out_dir/images/img<i>.png`` and every sample
+    as a flat record in ``out_dir/judge_set.jsonl`` (so ``load_judge_dir(out_dir)`` reads the set
+    back). ``meta`` holds the scene facts (question type, target shape/colour/count, every
+    object's position), ``kind`` (good/bad), ``modality`` and ``image_paths``.
+    """
+    if int(n) < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    n = int(n)
+    n_text = max(2, n // 4) if n_text is None else int(n_text)
+    out_dir = Path(out_dir)
+    img_dir = out_dir / "images"
+    img_dir.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(int(seed))
+    samples: list[JudgeSample] = []
+    records: list[dict] = []
+
+    def add(item_id: str, query: str, image: Image.Image | None, rel: str | None, responses, facts: dict,
+            modality: str) -> None:
+        for kind, resp, score in responses:
+            meta = {"dataset": "synthetic-judge", "item_id": item_id, "kind": kind, "modality": modality,
+                    "perturbation": "none", "generator_seed": int(seed), **facts}
+            sid = f"{item_id}-{kind}"
+            records.append({"sample_id": sid, "query": query, "images": [rel] if rel else [], "response": resp,
+                            "gold_score": score, "meta": meta})
+            m = dict(meta)
+            if rel:
+                m["image_paths"] = [str((out_dir / rel).resolve())]
+            samples.append(JudgeSample(sample_id=sid, query=query, images=[image.copy()] if image else [],
+                                       response=resp, gold_score=score, meta=m))
+
+    for i in range(n):
+        img, facts, query, good, bad = _scene(rng, int(image_size))
+        rel = f"images/img{i:03d}.png"
+        img.save(out_dir / rel, format="PNG")
+        add(f"img{i:03d}", query, img, rel, [("good", good, float(good_score)), ("bad", bad, float(bad_score))],
+            facts, "image")
+    for j in range(n_text):
+        facts, query, good, bad = _text_item(rng)
+        add(f"txt{j:03d}", query, None, None, [("good", good, float(good_score)), ("bad", bad, float(bad_score))],
+            facts, "text")
+
+    with open(out_dir / MANIFEST_NAME, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+    return samples
+
+
+# --------------------------------------------------------------------------------------------
+# Loader
+# --------------------------------------------------------------------------------------------
+
+_ID_KEYS = ("sample_id", "id", "question_id", "idx")
+_QUERY_KEYS = ("query", "instruction", "question", "prompt")
+_RESPONSE_KEYS = ("response", "answer", "output", "candidate_response")
+_IMAGE_KEYS = ("images", "image", "image_path", "image_paths", "img")
+_SCORE_KEYS = ("gold_score", "score", "rating")
+_PAIRED_REQUIRED = ("id", "bias_type", "response", "unbiased_instruction", "biased_instruction")
+_LIST_KEYS = ("data", "samples", "records", "items")
+
+
+def _first_key(rec: dict, keys) -> str | None:
+    return next((k for k in keys if k in rec), None)
+
+
+def _looks_like_record(rec: Any) -> bool:
+    if not isinstance(rec, dict):
+        return False
+    return "unbiased_instruction" in rec or any(k in rec for k in _QUERY_KEYS + _RESPONSE_KEYS)
+
+
+def _iter_records(path: Path) -> Iterator[tuple[int, str, dict]]:
+    """(row, where, record) for every record of a .json/.jsonl file; DataError on malformed content."""
+    if path.suffix.lower() == ".jsonl":
+        with open(path, encoding="utf-8") as f:
+            row = 0
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                where = f"{path}, row {row} (line {lineno})"
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{where}: invalid JSON: {e}") from e
+                if not isinstance(rec, dict):
+                    raise DataError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
+                yield row, where, rec
+                row += 1
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: invalid JSON: {e}") from e
+    if isinstance(data, dict):
+        lk = _first_key(data, _LIST_KEYS)
+        if lk is not None and isinstance(data[lk], list):
+            data = data[lk]
+        elif _looks_like_record(data):
+            data = [data]
+        else:
+            warnings.warn(f"{path}: not a judge record or list of records; skipped")
+            return
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a list of records, got {type(data).__name__}")
+    for i, rec in enumerate(data):
+        where = f"{path}, row {i}"
+        if not isinstance(rec, dict):
+            raise DataError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
+        yield i, where, rec
+
+
+def _image_entries(value: Any) -> list[Any]:
+    if value is None or value == "" or value == []:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if v not in (None, "")]
+    return [value]
+
+
+def _resolve_path(p: str, base: Path, images_dir: Path | None, where: str) -> Path:
+    raw = Path(p).expanduser()
+    tried = [raw] if raw.is_absolute() else [base / raw] + ([images_dir / raw] if images_dir else []) + [
+        base / "images" / raw]
+    for t in tried:
+        if t.is_file():
+            return t.resolve()
+    raise DataError(f"{where}: image file not found: {p!r} (tried {', '.join(str(t) for t in tried)})")
+
+
+def _decode_bytes(data: Any, where: str) -> Image.Image:
+    try:
+        raw = base64.b64decode(data, validate=True) if isinstance(data, str) else bytes(data)
+        with Image.open(io.BytesIO(raw)) as im:
+            im.load()
+            return im.copy()
+    except (binascii.Error, ValueError, TypeError, UnidentifiedImageError, OSError) as e:
+        raise DataError(f"{where}: undecodable image bytes: {e}") from e
+
+
+def _open(path: Path, where: str) -> Image.Image:
+    check_image(path, where)
+    with Image.open(path) as im:
+        im.load()
+        return im.copy()
+
+
+def _load_images(value: Any, field: str, base: Path, images_dir: Path | None, where: str,
+                 load: bool) -> tuple[list[Image.Image], list[str]]:
+    images: list[Image.Image] = []
+    paths: list[str] = []
+    for k, entry in enumerate(_image_entries(value)):
+        w = f"{where}, field {field!r}" + (f"[{k}]" if isinstance(value, (list, tuple)) else "")
+        if isinstance(entry, dict):
+            if entry.get("bytes"):
+                images.append(_decode_bytes(entry["bytes"], w))
+                continue
+            if entry.get("path"):
+                entry = entry["path"]
+            else:
+                raise DataError(f"{w}: image dict has neither 'bytes' nor 'path': {sorted(entry)}")
+        if not isinstance(entry, str):
+            raise DataError(f"{w}: an image must be a path, a {{'path'|'bytes'}} dict or a list of those, "
+                            f"got {type(entry).__name__}")
+        p = _resolve_path(entry, base, images_dir, w)
+        paths.append(str(p))
+        if load:
+            images.append(_open(p, w))
+        else:
+            check_image(p, w)
+    return images, paths
+
+
+def _score(rec: dict, where: str) -> float | None:
+    k = _first_key(rec, _SCORE_KEYS)
+    if k is None or rec[k] is None or rec[k] == "":
+        return None
+    try:
+        v = float(rec[k])
+    except (TypeError, ValueError):
+        raise DataError(f"{where}: field {k!r} must be a number, got {rec[k]!r}") from None
+    if not np.isfinite(v):
+        raise DataError(f"{where}: field {k!r} must be finite, got {rec[k]!r}")
+    return v
+
+
+def _text_field(rec: dict, keys, name: str, where: str, allow_empty: bool = True) -> str:
+    k = _first_key(rec, keys)
+    if k is None:
+        raise DataError(f"{where}: missing field {name!r} (any of {list(keys)}); record has {sorted(rec)}")
+    v = rec[k]
+    if not isinstance(v, str):
+        raise DataError(f"{where}: field {k!r} must be a string, got {type(v).__name__}")
+    if not allow_empty and not v.strip():
+        raise DataError(f"{where}: field {k!r} is empty")
+    return v
+
+
+def _flat(rec: dict, where: str, file: Path, row: int, images_dir: Path | None, load: bool) -> JudgeSample:
+    base = file.parent
+    query = _text_field(rec, _QUERY_KEYS, "query", where)  # may be "" (image-dominance variants)
+    response = _text_field(rec, _RESPONSE_KEYS, "response", where)
+    ik = _first_key(rec, _IMAGE_KEYS)
+    images, paths = _load_images(rec.get(ik) if ik else None, ik or "images", base, images_dir, where, load)
+    idk = _first_key(rec, _ID_KEYS)
+    sid = str(rec[idk]) if idk is not None and rec[idk] not in (None, "") else f"{file.stem}-{row}"
+    used = {idk, _first_key(rec, _QUERY_KEYS), _first_key(rec, _RESPONSE_KEYS), ik, _first_key(rec, _SCORE_KEYS),
+            "meta", "image_sha256"}
+    raw_meta = rec.get("meta") or {}
+    if not isinstance(raw_meta, dict):
+        raise DataError(f"{where}: field 'meta' must be an object, got {type(raw_meta).__name__}")
+    meta = dict(raw_meta)
+    meta.update({k: v for k, v in rec.items() if k not in used})
+    meta.setdefault("perturbation", "none")
+    if paths:
+        meta["image_paths"] = paths
+    expected = rec.get("image_sha256")
+    if load and expected:
+        got = [image_sha256(im) for im in images]
+        if list(expected) != got:
+            raise DataError(f"{where}: image pixels do not match the recorded image_sha256")
+    meta["source_file"], meta["source_row"] = str(file), row
+    return JudgeSample(sample_id=sid, query=query, images=images, response=response, gold_score=_score(rec, where),
+                       meta=meta)
+
+
+def _paired(rec: dict, where: str, file: Path, row: int, images_dir: Path | None, load: bool,
+            strict_images: bool) -> list[JudgeSample]:
+    base = file.parent
+    missing = [k for k in _PAIRED_REQUIRED if k not in rec or rec[k] is None]
+    if missing:
+        raise DataError(f"{where}: missing field(s) {missing} of an MM-JudgeBias record")
+    for k in ("response", "unbiased_instruction", "biased_instruction", "bias_type"):
+        if not isinstance(rec[k], str):
+            raise DataError(f"{where}: field {k!r} must be a string, got {type(rec[k]).__name__}")
+    sid = str(rec["id"])
+    bias = str(rec["bias_type"])
+    common = {k: v for k, v in rec.items() if k not in (
+        "id", "response", "unbiased_instruction", "biased_instruction", "unbiased_image", "biased_image")}
+    out = []
+    for role in ("unbiased", "biased"):
+        field = f"{role}_image"
+        value = rec.get(field)
+        if not _image_entries(value) and images_dir is not None:
+            try:
+                stem = f"{int(rec['id']):04d}"
+            except (TypeError, ValueError):
+                stem = sid
+            for name in (f"{stem}_{role}.jpg", f"{stem}.jpg", f"{stem}_{role}.png", f"{stem}.png"):
+                if (images_dir / name).is_file():
+                    value = str((images_dir / name).resolve())
+                    break
+        images, paths = _load_images(value, field, base, images_dir, where, load)
+        text_only_ok = role == "unbiased" and bias == "unnecessary_image"
+        if strict_images and not images and not paths and not text_only_ok:
+            raise DataError(f"{where}: field {field!r} is empty and no {sid}_{role} image was found in images_dir="
+                            f"{images_dir}; restricted-source images must be reconstructed first "
+                            f"(or pass strict_images=False to load it as text-only)")
+        meta = dict(common)
+        meta["role"] = role
+        meta["perturbation"] = "none" if role == "unbiased" else bias
+        if paths:
+            meta["image_paths"] = paths
+        meta["source_file"], meta["source_row"] = str(file), row
+        out.append(JudgeSample(sample_id=sid, query=rec[f"{role}_instruction"], images=images,
+                               response=rec["response"], gold_score=_score(rec, where), meta=meta))
+    return out
+
+
+def load_judge_dir(path: str | Path, *, images_dir: str | Path | None = None, load_images: bool = True,
+                   strict_images: bool = True) -> list[JudgeSample]:
+    """Load judge samples from a ``.json``/``.jsonl`` file or every such file directly inside a folder.
+
+    See the module docstring for the two record shapes. ``load_images=False`` only checks that
+    image files exist and decode (:func:`mmfragile.schema.check_image`) and leaves ``images``
+    empty with the paths in ``meta["image_paths"]`` (materialise later with
+    :meth:`JudgeSample.load_images`) - useful for the ~1.8k real records. ``strict_images``
+    (paired records only): a null image cell is an error unless it is the unbiased side of an
+    ``unnecessary_image`` record. Each sample's ``meta`` gets ``source_file`` and ``source_row``.
+
+    Raises :class:`DataError` naming the file and row for: invalid JSON, a missing query/response
+    field (or a missing field of a paired record), a non-numeric score, an image path that does not
+    exist or does not decode, undecodable inline bytes, pixels that contradict a recorded
+    ``image_sha256``, and a duplicate ``(sample_id, perturbation)``; also when no record is found.
+    """
+    path = Path(path)
+    idir = Path(images_dir) if images_dir is not None else None
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".json", ".jsonl"))
+    elif path.is_file():
+        files = [path]
+    else:
+        raise DataError(f"{path}: no such file or directory")
+    if not files:
+        raise DataError(f"{path}: no .json or .jsonl files found")
+    samples: list[JudgeSample] = []
+    seen: dict[tuple[str, str], str] = {}
+    for f in files:
+        for row, where, rec in _iter_records(f):
+            if "unbiased_instruction" in rec or "biased_instruction" in rec:
+                new = _paired(rec, where, f, row, idir, load_images, strict_images)
+            else:
+                new = [_flat(rec, where, f, row, idir, load_images)]
+            for s in new:
+                key = (s.sample_id, s.perturbation)
+                if key in seen:
+                    raise DataError(f"{where}: duplicate sample_id {s.sample_id!r} with perturbation "
+                                    f"{s.perturbation!r} (first seen at {seen[key]})")
+                seen[key] = where
+            samples.extend(new)
+    if not samples:
+        raise DataError(f"{path}: no judge records found")
+    return samples

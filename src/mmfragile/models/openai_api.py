@@ -1,0 +1,649 @@
+"""OpenAI-compatible chat backend: API models and local servers (vLLM, llama.cpp server, ...).
+
+Standard library only for HTTP (:mod:`urllib.request` + :mod:`concurrent.futures`); no ``openai``
+package. One :class:`OpenAIChatModel` talks to ``{base_url}/chat/completions`` (e.g.
+``base_url="http://127.0.0.1:8000/v1"``) and implements the :class:`~mmfragile.models.base.MLLM`
+interface:
+
+* :meth:`OpenAIChatModel.generate` - ``temperature=0`` chat completion, ``max_tokens=max_new_tokens``.
+* :meth:`OpenAIChatModel.option_logits` - one request per prompt with ``logprobs=true``,
+  ``top_logprobs=20``, ``max_tokens=1``; each candidate string is matched (whitespace-stripped,
+  case-sensitive, exact) against the returned top-k *first-token* alternatives. **This is an
+  approximation of logits limited by the API**: the values are log-probabilities (logits up to a
+  per-prompt constant, so argmax and softmax over the candidates are unaffected), only the top-k
+  tokens are visible, and every candidate outside the top-k gets ``-inf``. When several returned
+  tokens strip to the same candidate (``"A"`` and ``" A"``) their probabilities are merged
+  (``variant_merge="logsumexp"``, default; ``"max"`` keeps the best one).
+* :meth:`OpenAIChatModel.loglikelihood` - chat APIs do not return prompt log-probabilities, so this
+  raises :class:`NotImplementedError` unless ``completions_echo=True``: then text-only prompts are
+  rendered as plain text and scored through ``{base_url}/completions`` with ``echo=true,
+  logprobs=1, max_tokens=1`` (legacy completions format; vLLM supports it, OpenAI's chat models
+  do not).
+
+Determinism protocol: ``temperature`` is always 0 (it cannot be overridden through
+``extra_body``); ``seed`` is passed through when given. Servers may still be non-deterministic
+(batching, floating point); the disk cache makes reruns reproducible.
+
+Prompt -> messages: an optional ``{"role": "system"}`` message, then one user message whose
+content is a list of parts: the images first (``{"type": "image_url", "image_url": {"url":
+"data:image/png;base64,..."}}``, PIL images or file paths re-encoded as PNG; strings that already
+are ``data:``/``http(s)://`` URLs are passed through), then ``{"type": "text", "text": ...}``.
+``Prompt.assistant_prefix`` is handled per ``assistant_prefix_mode``:
+
+* ``"user"`` (default, works everywhere): the prefix is appended to the user text on a new line
+  (``"<text>\\n<prefix>"``); in :meth:`generate` a reply that starts by repeating the prefix has
+  that repetition removed, so results match "continue after the prefix" as closely as possible.
+* ``"continue"``: the prefix is sent as a final partial assistant message together with vLLM's
+  ``continue_final_message=true, add_generation_prompt=false``; the model continues it exactly.
+* ``"prefill"``: the prefix is sent as a final assistant message without extra flags (servers
+  that treat a trailing assistant message as a prefill, e.g. recent llama.cpp server).
+
+Disk cache (``cache_dir``): one JSON file per request, ``<cache_dir>/<sha256>.json``, where the
+key is the SHA-256 of the canonical JSON (sorted keys, compact) of ``{endpoint, request body}``
+with every image data URL replaced by the SHA-256 of its bytes. The body contains the model
+name, the messages and all parameters (temperature, seed, max_tokens, logprobs, extra_body);
+``base_url`` and the API key are *not* part of the key, so a cache can be reused across ports
+or hosts serving the same model name. A cache hit makes no HTTP request. Files are written
+atomically; unreadable cache files are ignored (and overwritten).
+
+Loopback base URLs (``localhost``, ``127.*``, ``::1``) bypass any ``HTTP(S)_PROXY`` environment
+setting; other hosts use urllib's default proxy handling.
+
+Errors: :class:`APIError` carries ``status`` (``None`` for connection errors), ``url`` and the
+server's message body. 429, 408 and 5xx responses and connection errors / timeouts are retried
+up to ``max_retries`` times with exponential backoff and jitter
+(``min(backoff_max, backoff_base * 2**attempt) * U(0.5, 1)``), honouring a ``Retry-After``
+header (seconds or HTTP date; capped at ``max_retry_after``); other 4xx fail immediately.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import email.utils
+import hashlib
+import http.client
+import io
+import json
+import math
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from mmfragile.models.base import MLLM, LogLik, Prompt
+from mmfragile.schema import DataError
+
+__all__ = ["APIError", "OpenAIChatModel", "build_messages", "image_to_data_url", "request_cache_key"]
+
+#: bump when the cache layout or key recipe changes (part of every key).
+CACHE_VERSION = 1
+#: HTTP statuses retried with backoff; every other 4xx is a client error and fails at once.
+RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
+_ASSISTANT_PREFIX_MODES = ("user", "continue", "prefill")
+#: request fields the determinism protocol owns; ``extra_body`` may not override them.
+_PROTECTED_FIELDS = ("temperature", "model", "messages", "n", "stream")
+
+
+class APIError(RuntimeError):
+    """An OpenAI-compatible server call failed (after retries, where retryable).
+
+    Attributes: ``status`` (HTTP status, ``None`` for connection errors / bad responses without
+    one), ``url``, ``body`` (the server's message body, or the connection error text),
+    ``retryable``, ``attempts`` (number of HTTP attempts made) and ``retry_after``.
+    """
+
+    def __init__(self, message: str, *, status: int | None, url: str, body: str = "",
+                 retryable: bool = False, attempts: int = 1, retry_after: float | None = None):
+        self.status = status
+        self.url = url
+        self.body = body
+        self.retryable = retryable
+        self.attempts = attempts
+        #: seconds asked for by the server's ``Retry-After`` header, if any
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------------------------
+# images and messages
+# --------------------------------------------------------------------------------------------
+
+_PNG_MODES = {"1", "L", "LA", "P", "RGB", "RGBA", "I"}
+
+
+def _pil_to_png_bytes(img: Any) -> bytes:
+    if img.mode not in _PNG_MODES:
+        has_alpha = "A" in img.getbands()
+        img = img.convert("RGBA" if has_alpha else "RGB")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def image_to_data_url(image: Any) -> str:
+    """A ``data:image/png;base64,...`` URL for a PIL image or an image file path.
+
+    File paths are decoded with PIL and re-encoded as PNG (so every image reaches the server as
+    PNG); a missing or unreadable file raises :class:`~mmfragile.schema.DataError` naming it.
+    Strings that already are ``data:`` or ``http(s)://`` URLs are returned unchanged.
+    """
+    if isinstance(image, str) and image.startswith(("data:", "http://", "https://")):
+        return image
+    if isinstance(image, (str, os.PathLike)):
+        from PIL import Image
+
+        path = Path(image)
+        try:
+            with Image.open(path) as im:
+                im.load()
+                png = _pil_to_png_bytes(im)
+        except (OSError, ValueError) as e:  # FileNotFoundError, UnidentifiedImageError
+            raise DataError(f"{path}: cannot read image ({type(e).__name__}: {e})") from e
+    elif hasattr(image, "save") and hasattr(image, "mode"):
+        png = _pil_to_png_bytes(image)
+    else:
+        raise TypeError(f"image must be a PIL image, a path or a data/http URL, got {type(image).__name__}")
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def build_messages(prompt: Prompt, assistant_prefix_mode: str = "user") -> list[dict]:
+    """OpenAI chat ``messages`` for one :class:`Prompt` (see the module docstring for the layout)."""
+    if assistant_prefix_mode not in _ASSISTANT_PREFIX_MODES:
+        raise ValueError(f"assistant_prefix_mode must be one of {_ASSISTANT_PREFIX_MODES}, got {assistant_prefix_mode!r}")
+    messages: list[dict] = []
+    if prompt.system:
+        messages.append({"role": "system", "content": prompt.system})
+    text = prompt.text
+    prefix = prompt.assistant_prefix or ""
+    if prefix and assistant_prefix_mode == "user":
+        text = f"{text}\n{prefix}" if text else prefix
+    images = list(prompt.images or [])
+    if images:
+        content: Any = [{"type": "image_url", "image_url": {"url": image_to_data_url(im)}} for im in images]
+        content.append({"type": "text", "text": text})
+    else:
+        content = text
+    messages.append({"role": "user", "content": content})
+    if prefix and assistant_prefix_mode in ("continue", "prefill"):
+        messages.append({"role": "assistant", "content": prefix})
+    return messages
+
+
+# --------------------------------------------------------------------------------------------
+# cache key
+# --------------------------------------------------------------------------------------------
+
+def _hash_data_urls(obj: Any) -> Any:
+    """Copy of a request body with each image data URL replaced by the SHA-256 of its bytes."""
+    if isinstance(obj, dict):
+        return {k: _hash_data_urls(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_hash_data_urls(v) for v in obj]
+    if isinstance(obj, str) and obj.startswith("data:") and ";base64," in obj:
+        head, _, payload = obj.partition(";base64,")
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (ValueError, binascii.Error):  # not really a data URL: hash the text itself
+            data = obj.encode("utf-8")
+        return f"{head};sha256,{hashlib.sha256(data).hexdigest()}"
+    return obj
+
+
+def _canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def request_cache_key(endpoint: str, body: dict) -> str:
+    """SHA-256 hex key of a request: canonical JSON of the endpoint and the body, images hashed."""
+    canon = {"v": CACHE_VERSION, "endpoint": endpoint, "body": _hash_data_urls(body)}
+    return hashlib.sha256(_canonical_json(canon).encode("utf-8")).hexdigest()
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date); ``None`` if absent/bad."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _logsumexp(values: list[float]) -> float:
+    m = max(values)
+    if m == -math.inf:
+        return m
+    return m + math.log(sum(math.exp(v - m) for v in values))
+
+
+# --------------------------------------------------------------------------------------------
+# the backend
+# --------------------------------------------------------------------------------------------
+
+class OpenAIChatModel(MLLM):
+    """An :class:`MLLM` behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Parameters
+    ----------
+    base_url: server root including the version, e.g. ``"http://127.0.0.1:8000/v1"``.
+    model: the ``model`` field sent with every request.
+    api_key: bearer token; defaults to ``$OPENAI_API_KEY``; no ``Authorization`` header if neither.
+    max_concurrency: requests in flight at once (thread pool size, and a per-instance semaphore
+        so the limit also holds when several threads share the model), default 8.
+    max_retries: retries after the first attempt for 429/408/5xx/connection errors.
+    backoff_base, backoff_max: exponential backoff ``min(backoff_max, backoff_base * 2**k)``
+        seconds, multiplied by a jitter factor drawn from U(0.5, 1).
+    max_retry_after: upper bound on an honoured ``Retry-After`` delay (seconds).
+    timeout: socket timeout per HTTP attempt (seconds).
+    cache_dir: directory of the JSON disk cache (``None``: no cache).
+    seed: passed through as the request's ``seed`` when not ``None``.
+    assistant_prefix_mode: ``"user"`` | ``"continue"`` | ``"prefill"`` (module docstring).
+    top_logprobs: alternatives requested by :meth:`option_logits` (OpenAI's maximum is 20).
+    variant_merge: ``"logsumexp"`` | ``"max"``, how tokens stripping to the same candidate merge.
+    max_tokens_field: name of the token-limit field (``"max_completion_tokens"`` for some APIs).
+    extra_body: extra JSON fields for every request (e.g. vLLM's ``chat_template_kwargs``);
+        may not set ``temperature``/``model``/``messages``/``n``/``stream``.
+    completions_echo: score :meth:`loglikelihood` via ``/completions`` with ``echo`` (text only).
+    supports_images: set ``False`` for text-only models (prompts with images then raise).
+    name: display name (defaults to ``model``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        max_concurrency: int = 8,
+        max_retries: int = 5,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        max_retry_after: float = 300.0,
+        timeout: float = 120.0,
+        cache_dir: str | os.PathLike | None = None,
+        seed: int | None = None,
+        assistant_prefix_mode: str = "user",
+        top_logprobs: int = 20,
+        variant_merge: str = "logsumexp",
+        max_tokens_field: str = "max_tokens",
+        extra_body: dict | None = None,
+        completions_echo: bool = False,
+        supports_images: bool = True,
+        name: str | None = None,
+    ):
+        if not base_url:
+            raise ValueError("base_url is required, e.g. 'http://127.0.0.1:8000/v1'")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if assistant_prefix_mode not in _ASSISTANT_PREFIX_MODES:
+            raise ValueError(f"assistant_prefix_mode must be one of {_ASSISTANT_PREFIX_MODES}, got {assistant_prefix_mode!r}")
+        if variant_merge not in ("logsumexp", "max"):
+            raise ValueError(f"variant_merge must be 'logsumexp' or 'max', got {variant_merge!r}")
+        extra_body = dict(extra_body or {})
+        bad = [k for k in _PROTECTED_FIELDS if k in extra_body]
+        if bad:
+            raise ValueError(f"extra_body may not set {bad}: temperature is always 0 and the backend builds model/messages itself")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
+        self.max_concurrency = int(max_concurrency)
+        self.max_retries = int(max_retries)
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self.max_retry_after = float(max_retry_after)
+        self.timeout = float(timeout)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.seed = seed
+        self.assistant_prefix_mode = assistant_prefix_mode
+        self.top_logprobs = int(top_logprobs)
+        self.variant_merge = variant_merge
+        self.max_tokens_field = max_tokens_field
+        self.extra_body = extra_body
+        self.completions_echo = bool(completions_echo)
+        self.supports_images = bool(supports_images)
+        self.name = name or model
+        # loopback servers (vLLM, llama.cpp on this machine) never go through an HTTP(S)_PROXY
+        host = (urllib.parse.urlsplit(self.base_url).hostname or "").lower()
+        loopback = host in ("localhost", "::1") or host.startswith("127.")
+        self._opener = urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if loopback else []))
+        #: replaceable for tests (records backoff delays without waiting)
+        self._sleep: Callable[[float], None] = time.sleep
+        self._rng = random.Random(0)
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        #: counters: HTTP attempts made, cache hits, retries performed
+        self.n_http_requests = 0
+        self.n_cache_hits = 0
+        self.n_retries = 0
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(base_url={self.base_url!r}, model={self.model!r})"
+
+    # ---------------------------------------------------------------- request plumbing
+
+    def _base_body(self) -> dict:
+        body: dict[str, Any] = dict(self.extra_body)
+        body["model"] = self.model
+        body["temperature"] = 0
+        if self.seed is not None:
+            body["seed"] = self.seed
+        return body
+
+    def _chat_body(self, prompt: Prompt, max_tokens: int) -> dict:
+        if prompt.images and not self.supports_images:
+            raise ValueError(f"{self.name} is text-only (supports_images=False) but a prompt has {len(prompt.images)} image(s)")
+        body = self._base_body()
+        body["messages"] = build_messages(prompt, self.assistant_prefix_mode)
+        body[self.max_tokens_field] = int(max_tokens)
+        if prompt.assistant_prefix and self.assistant_prefix_mode == "continue":
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        return body
+
+    def _headers(self) -> dict:
+        h = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "mmfragile/openai_api"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after)
+        with self._lock:
+            jitter = self._rng.uniform(0.5, 1.0)
+        return min(self.backoff_max, self.backoff_base * (2 ** attempt)) * jitter
+
+    def _post_once(self, url: str, data: bytes) -> dict:
+        """One HTTP POST; returns the decoded JSON or raises APIError (``retryable`` set)."""
+        req = urllib.request.Request(url, data=data, headers=self._headers(), method="POST")
+        with self._lock:
+            self.n_http_requests += 1
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            try:
+                body = e.read().decode("utf-8", errors="replace")
+            except Exception:  # noqa: BLE001 - body is best effort
+                body = ""
+            finally:
+                e.close()
+            raise APIError(
+                f"HTTP {e.code} from {url}: {body.strip() or e.reason}",
+                status=e.code, url=url, body=body, retryable=e.code in RETRYABLE_STATUS,
+                retry_after=_parse_retry_after(e.headers.get("Retry-After") if e.headers else None),
+            ) from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
+            # refused/reset/timeout (OSError subclasses), bad or truncated responses (HTTPException)
+            reason = getattr(e, "reason", e)
+            raise APIError(f"connection error for {url}: {type(reason).__name__}: {reason}",
+                           status=None, url=url, body=str(reason), retryable=True) from None
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            out = json.loads(text)
+        except json.JSONDecodeError:
+            raise APIError(f"HTTP {status} from {url}: response is not JSON: {text[:500]!r}",
+                           status=status, url=url, body=text) from None
+        if not isinstance(out, dict):
+            raise APIError(f"HTTP {status} from {url}: expected a JSON object, got {type(out).__name__}",
+                           status=status, url=url, body=text)
+        if "error" in out and "choices" not in out:  # some servers report errors with status 200
+            raise APIError(f"HTTP {status} from {url}: server error: {_canonical_json(out['error'])}",
+                           status=status, url=url, body=text)
+        return out
+
+    def _post(self, endpoint: str, body: dict) -> dict:
+        """POST with retries, through the disk cache."""
+        key = request_cache_key(endpoint, body) if self.cache_dir is not None else None
+        if key is not None:
+            hit = self._cache_read(key)
+            if hit is not None:
+                with self._lock:
+                    self.n_cache_hits += 1
+                return hit
+        url = f"{self.base_url}/{endpoint}"
+        data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        attempt = 0
+        while True:
+            try:
+                with self._slots:  # the limit holds across concurrent generate/option_logits calls
+                    out = self._post_once(url, data)
+                break
+            except APIError as e:
+                e.attempts = attempt + 1
+                if not e.retryable or attempt >= self.max_retries:
+                    if e.retryable:
+                        e.args = (f"{e.args[0]} (gave up after {attempt + 1} attempt(s))",)
+                    raise
+                delay = self._backoff(attempt, e.retry_after)
+                with self._lock:
+                    self.n_retries += 1
+                self._sleep(delay)
+                attempt += 1
+        if key is not None:
+            self._cache_write(key, endpoint, body, out)
+        return out
+
+    def _cache_path(self, key: str) -> Path:
+        assert self.cache_dir is not None
+        return self.cache_dir / f"{key}.json"
+
+    def _cache_read(self, key: str) -> dict | None:
+        path = self._cache_path(key)
+        try:
+            with open(path, encoding="utf-8") as f:
+                rec = json.load(f)
+            return rec["response"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _cache_write(self, key: str, endpoint: str, body: dict, response: dict) -> None:
+        path = self._cache_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rec = {"key": key, "endpoint": endpoint, "request": _hash_data_urls(body), "response": response}
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(rec, f, ensure_ascii=False, sort_keys=True)
+        os.replace(tmp, path)
+
+    def _map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list:
+        """``[fn(x) for x in items]`` with up to ``max_concurrency`` in flight; input order kept.
+
+        The first failure (in input order) is raised after cancelling requests not yet started.
+        """
+        items = list(items)
+        if not items:
+            return []
+        if self.max_concurrency == 1 or len(items) == 1:
+            return [fn(x) for x in items]
+        pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items)), thread_name_prefix="mmfragile-api")
+        try:
+            futures = [pool.submit(fn, x) for x in items]
+            return [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    # ---------------------------------------------------------------- response parsing
+
+    @staticmethod
+    def _first_choice(out: dict, url: str) -> dict:
+        choices = out.get("choices")
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise APIError(f"response from {url} has no choices: {_canonical_json(out)[:500]}",
+                           status=200, url=url, body=_canonical_json(out))
+        return choices[0]
+
+    def _strip_echoed_prefix(self, text: str, prefix: str) -> str:
+        if self.assistant_prefix_mode != "user" or not prefix.strip():
+            return text
+        p = prefix.strip()
+        s = text.lstrip()
+        if s.startswith(p):
+            return s[len(p):].lstrip(" ")
+        return text
+
+    # ---------------------------------------------------------------- MLLM interface
+
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 16) -> list[str]:
+        """Greedy (``temperature=0``) reply for each prompt, in prompt order.
+
+        With ``assistant_prefix_mode="user"`` a reply that starts by repeating the assistant prefix
+        has that repetition removed (the prefix was asked for in the user turn).
+        """
+        url = f"{self.base_url}/chat/completions"
+        bodies = [self._chat_body(p, max_new_tokens) for p in prompts]
+
+        def one(i: int) -> str:
+            out = self._post("chat/completions", bodies[i])
+            msg = self._first_choice(out, url).get("message") or {}
+            content = msg.get("content")
+            if isinstance(content, list):  # some servers return content parts
+                content = "".join(c.get("text", "") for c in content if isinstance(c, dict))
+            return self._strip_echoed_prefix(content or "", prompts[i].assistant_prefix or "")
+
+        return self._map(one, range(len(bodies)))
+
+    @staticmethod
+    def _top_alternatives(choice: dict) -> list[tuple[str, float]] | None:
+        """(token, logprob) alternatives for the first generated token, from either the chat
+        format (``logprobs.content[0].top_logprobs``) or the legacy completions format
+        (``logprobs.top_logprobs[0]`` as a dict)."""
+        lp = choice.get("logprobs")
+        if not isinstance(lp, dict):
+            return None
+        content = lp.get("content")
+        if isinstance(content, list) and content:
+            first = content[0]
+            alts = [(t["token"], float(t["logprob"])) for t in first.get("top_logprobs") or []
+                    if t.get("token") is not None and t.get("logprob") is not None]
+            if first.get("token") is not None and first.get("logprob") is not None:
+                alts.append((first["token"], float(first["logprob"])))
+            return alts
+        top = lp.get("top_logprobs")
+        if isinstance(top, list) and top and isinstance(top[0], dict):
+            alts = [(t, float(v)) for t, v in top[0].items() if v is not None]
+            toks, tlps = lp.get("tokens"), lp.get("token_logprobs")
+            if toks and tlps and tlps[0] is not None:
+                alts.append((toks[0], float(tlps[0])))
+            return alts
+        return None
+
+    def option_logits(self, prompts: Sequence[Prompt], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Approximate first-token log-probs of each candidate, from the API's top-k logprobs.
+
+        One request per prompt (``logprobs=true, top_logprobs=self.top_logprobs, max_tokens=1``).
+        Candidate ``c`` matches a returned token ``t`` iff ``t.strip() == c.strip()`` (exact,
+        case-sensitive); several matching tokens merge per ``variant_merge``; unmatched candidates
+        get ``-inf``. The values are log-probabilities, i.e. logits up to a per-prompt constant;
+        this is an approximation limited by the API (only top-k visible, multi-token candidates
+        only match if the whole string is one token).
+        """
+        if len(prompts) != len(candidates):
+            raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
+        url = f"{self.base_url}/chat/completions"
+        bodies = []
+        for p in prompts:
+            body = self._chat_body(p, 1)
+            body["logprobs"] = True
+            body["top_logprobs"] = self.top_logprobs
+            bodies.append(body)
+
+        def one(i: int) -> np.ndarray:
+            out = self._post("chat/completions", bodies[i])
+            alts = self._top_alternatives(self._first_choice(out, url))
+            if alts is None:
+                raise APIError(
+                    f"response from {url} has no logprobs (does the server support logprobs/top_logprobs?): "
+                    f"{_canonical_json(out)[:500]}", status=200, url=url, body=_canonical_json(out))
+            by_text: dict[str, dict[str, float]] = {}
+            for tok, lp in alts:  # dedupe identical tokens (chosen token repeated in top-k)
+                by_text.setdefault(tok.strip(), {})[tok] = lp
+            scores = []
+            for c in candidates[i]:
+                vals = list(by_text.get(str(c).strip(), {}).values())
+                if not vals:
+                    scores.append(-math.inf)
+                elif self.variant_merge == "max":
+                    scores.append(max(vals))
+                else:
+                    scores.append(_logsumexp(vals))
+            return np.asarray(scores, dtype=float)
+
+        return self._map(one, range(len(bodies)))
+
+    @staticmethod
+    def render_plain(prompt: Prompt) -> str:
+        """Plain-text rendering of a text-only prompt for ``/completions`` scoring:
+        ``[system + "\\n\\n"] + text + ["\\n" + assistant_prefix]``."""
+        s = f"{prompt.system}\n\n" if prompt.system else ""
+        s += prompt.text
+        if prompt.assistant_prefix:
+            s += f"\n{prompt.assistant_prefix}"
+        return s
+
+    def loglikelihood(self, prompts: Sequence[Prompt], continuations: Sequence[str]) -> list[LogLik]:
+        """Not available through chat APIs (they return no prompt log-probabilities).
+
+        With ``completions_echo=True`` (servers such as vLLM): text-only prompts are rendered with
+        :meth:`render_plain` (no chat template), ``context + continuation`` is sent to
+        ``/completions`` with ``echo=true, logprobs=1, max_tokens=1`` (``max_tokens=0`` is rejected by
+        some servers), and the log-probs of the echoed tokens that end after the context and start
+        inside the sent text (``text_offset + len(token) > len(context)`` and ``text_offset <
+        len(context + continuation)``; a token straddling the boundary counts towards the
+        continuation; the one generated token is ignored) are summed.
+        """
+        if not self.completions_echo:
+            raise NotImplementedError(
+                f"{self.name}: loglikelihood needs prompt log-probabilities, which OpenAI-compatible chat "
+                "APIs do not return. Use option_logits / generate, or pass completions_echo=True if the "
+                "server supports echo=true on /completions (e.g. vLLM; text-only prompts).")
+        if len(prompts) != len(continuations):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        url = f"{self.base_url}/completions"
+        jobs = []
+        for p, cont in zip(prompts, continuations):
+            if p.images:
+                raise ValueError(f"{self.name}: loglikelihood via /completions is text-only, but a prompt has images")
+            ctx = self.render_plain(p)
+            body = self._base_body()
+            body.update({"prompt": ctx + cont, "echo": True, "logprobs": 1, self.max_tokens_field: 1})
+            jobs.append((len(ctx), len(ctx + cont), body))
+
+        def one(i: int) -> LogLik:
+            ctx_len, full_len, body = jobs[i]
+            out = self._post("completions", body)
+            lp = self._first_choice(out, url).get("logprobs") or {}
+            toks, tlps, offs = lp.get("tokens"), lp.get("token_logprobs"), lp.get("text_offset")
+            if not toks or tlps is None or offs is None:
+                raise APIError(f"response from {url} has no echoed token logprobs (echo unsupported?): "
+                               f"{_canonical_json(out)[:500]}", status=200, url=url, body=_canonical_json(out))
+            total, n = 0.0, 0
+            for tok, tlp, off in zip(toks, tlps, offs):
+                if off + len(tok) > ctx_len and off < full_len:
+                    if tlp is None:
+                        raise APIError(f"response from {url}: continuation token {tok!r} has no logprob",
+                                       status=200, url=url, body=_canonical_json(out))
+                    total += float(tlp)
+                    n += 1
+            return LogLik(logprob=total, n_tokens=n)
+
+        return self._map(one, range(len(jobs)))

@@ -1,0 +1,111 @@
+"""Resumable per-question result store (Parquet).
+
+A store is a folder::
+
+    <root>/config.json          the run's configuration (checked on resume)
+    <root>/parts/part-*.parquet one file per flushed batch, each written atomically (tmp + rename)
+
+Rows are keyed by ``key_columns`` (by default model, dataset, question_id, variant). A run asks the
+store which keys are done, evaluates only the rest and appends them in batches; a run killed at any
+point loses at most the batch in flight and never leaves a half-written file. ``read()`` returns one
+row per key even if a part was written twice (e.g. two processes raced), keeping the first.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+DEFAULT_KEY = ("model", "dataset", "question_id", "variant")
+
+
+class ConfigMismatch(ValueError):
+    """A store is being resumed with a configuration different from the one it was created with."""
+
+
+def _canonical(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+class ResultStore:
+    def __init__(self, root: str | Path, config: Mapping[str, Any] | None = None,
+                 key_columns: Sequence[str] = DEFAULT_KEY):
+        self.root = Path(root)
+        self.parts = self.root / "parts"
+        self.parts.mkdir(parents=True, exist_ok=True)
+        self.key_columns = list(key_columns)
+        cfg_file = self.root / "config.json"
+        if config is not None:
+            config = _canonical({**config, "key_columns": self.key_columns})
+            if cfg_file.exists():
+                old = json.loads(cfg_file.read_text())
+                diff = {k: (old.get(k), config.get(k)) for k in set(old) | set(config) if old.get(k) != config.get(k)}
+                if diff:
+                    raise ConfigMismatch(f"{cfg_file}: the store was created with another configuration; "
+                                         f"differences (stored, requested): {diff}. Use a new output folder.")
+            else:
+                tmp = cfg_file.with_suffix(".tmp")
+                tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
+                tmp.replace(cfg_file)
+        self._done: set[tuple] | None = None
+
+    @property
+    def config(self) -> dict:
+        f = self.root / "config.json"
+        return json.loads(f.read_text()) if f.exists() else {}
+
+    def _files(self) -> list[Path]:
+        return sorted(self.parts.glob("part-*.parquet"))
+
+    def _key(self, row: Mapping[str, Any]) -> tuple:
+        return tuple(str(row[c]) for c in self.key_columns)
+
+    def done_keys(self) -> set[tuple]:
+        if self._done is None:
+            self._done = set()
+            for f in self._files():
+                df = pd.read_parquet(f, columns=self.key_columns)
+                self._done.update(map(tuple, df.astype(str).itertuples(index=False, name=None)))
+        return self._done
+
+    def is_done(self, row: Mapping[str, Any]) -> bool:
+        return self._key(row) in self.done_keys()
+
+    def append(self, rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> int:
+        """Write rows not already stored as one new part; returns how many were written."""
+        df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+        if df.empty:
+            return 0
+        missing = [c for c in self.key_columns if c not in df.columns]
+        if missing:
+            raise KeyError(f"rows lack key column(s) {missing}")
+        keys = [tuple(map(str, k)) for k in df[self.key_columns].itertuples(index=False, name=None)]
+        done = self.done_keys()
+        keep, seen = [], set()
+        for k in keys:
+            keep.append(k not in done and k not in seen)
+            seen.add(k)
+        df = df[keep]
+        if df.empty:
+            return 0
+        name = f"part-{len(self._files()):06d}-{uuid.uuid4().hex[:8]}.parquet"
+        tmp = self.parts / f".{name}.tmp"
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, self.parts / name)
+        done.update(k for k, kept in zip(keys, keep) if kept)
+        return len(df)
+
+    def read(self) -> pd.DataFrame:
+        files = self._files()
+        if not files:
+            return pd.DataFrame()
+        df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        key = df[self.key_columns].astype(str)
+        return df[~key.duplicated(keep="first")].reset_index(drop=True)
+
+    def __len__(self) -> int:
+        return len(self.done_keys())
