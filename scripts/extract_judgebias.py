@@ -12,13 +12,16 @@ Writes (tidy, long format) into ``src/mmfragile/resources/published/``:
 * ``judgebias_table2.csv`` - ``category, judge, think, judge_label, column, dimension, metric, value``;
   ``column`` is a perturbation name (``text_dominance`` ... ``texture_insertion``), ``overall``
   (the Table-2 ``Avg.`` column = reliability score), ``inter_run_variance`` or
-  ``inter_sample_variance``; ``metric`` is ``BD``, ``BC``, ``reliability`` or ``variance``.
+  ``inter_sample_variance``; ``dimension`` is ``integrality``/``congruity``/``robustness`` for a
+  perturbation, else ``overall`` or ``variance``; ``metric`` is ``BD``, ``BC``, ``reliability`` or
+  ``variance``.
   The across-judge ``Avg.`` row has ``category = judge = judge_label = "Avg."``.
   ``judge_label`` is unique: a judge evaluated both with and without reasoning gets `` (think)``
   appended on its reasoning row (e.g. ``Claude-Opus-4.5 (think)``).
 * ``judgebias_prompt_settings.csv`` - Tables 14 and 16: ``source_table, judge, setting, column,
   dimension, metric, value``; settings ``original, na, score_guide, constraints, reasoning``;
-  columns: the 9 perturbations, ``integrality, congruity, robustness, overall``.
+  columns: the 9 perturbations, ``integrality, congruity, robustness, overall`` (for these four
+  ``dimension`` repeats the column name and ``metric`` is ``reliability``).
 * ``judgebias_abstention_ratio.csv`` - Table 15: ``judge, column, ratio`` (9 perturbations,
   ``integrality, congruity, robustness, overall``).
 * ``judgebias_summary.csv`` - Tables 3 and 4: ``source_table, judge, setting, column, value``.
@@ -120,8 +123,9 @@ def parse_table2(lines: list[str]) -> pd.DataFrame:
             cat, judge = category, text[0]
         for c, v in zip(cols, nums):
             metric = METRIC.get(c, "reliability" if c == "overall" else "variance")
+            dim = DIMENSION.get(c, "overall" if c == "overall" else "variance")
             recs.append(dict(category=cat, judge=judge, think=think, column=c,
-                             dimension=DIMENSION.get(c, ""), metric=metric, value=v))
+                             dimension=dim, metric=metric, value=v))
     df = pd.DataFrame(recs)
     n_variants = df.groupby("judge")["think"].nunique()
     dup = set(n_variants[n_variants > 1].index)
@@ -144,8 +148,7 @@ def _agg_cols(header: list[str]) -> list[str]:
 def _long(recs: list[dict], cols: list[str], nums: list[float], **key) -> None:
     for c, v in zip(cols, nums):
         metric = METRIC.get(c, "reliability")
-        recs.append(dict(**key, column=c, dimension=DIMENSION.get(c, c if c != "overall" else ""),
-                         metric=metric, value=v))
+        recs.append(dict(**key, column=c, dimension=DIMENSION.get(c, c), metric=metric, value=v))
 
 
 def parse_table14(lines: list[str]) -> pd.DataFrame:

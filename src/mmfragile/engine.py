@@ -80,12 +80,17 @@ class PrefixSharingEngine:
         prefix_inputs["attention_mask"] = torch.ones_like(prefix_inputs["input_ids"])
         with torch.inference_mode():
             out = m.model(**m._to_device(prefix_inputs), use_cache=True, logits_to_keep=1)
-        prefix_cache = out.past_key_values
-        results: list[EngineOutput] = []
-        for s in range(0, len(prompts), self.batch_size):
-            sl = slice(s, s + self.batch_size)
-            results += self._decode_tails([r[plen:] for r in rows[sl]], plen, prefix_cache, candidates[sl], max_new_tokens)
-        return results
+        prefix_cache = out.cache
+        # batch tails of similar length together (less padding), then restore the caller's order
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        results: list[EngineOutput | None] = [None] * len(rows)
+        for s in range(0, len(order), self.batch_size):
+            idx = order[s:s + self.batch_size]
+            outs = self._decode_tails([rows[i][plen:] for i in idx], plen, prefix_cache, [candidates[i] for i in idx],
+                                      max_new_tokens)
+            for i, o in zip(idx, outs):
+                results[i] = o
+        return results  # type: ignore[return-value]
 
     @torch.inference_mode()
     def _decode_tails(self, tails, plen, prefix_cache, candidates, max_new_tokens) -> list[EngineOutput]:
@@ -104,7 +109,7 @@ class PrefixSharingEngine:
         cache = copy.deepcopy(prefix_cache)
         cache.batch_repeat_interleave(b)
         out = m.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                      past_key_values=cache, use_cache=True, logits_to_keep=1)
+                      cache=cache, use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1, :].float()
         first = logits.argmax(-1)
         opt_logits = [logits[i, [m.first_token_id(c) for c in candidates[i]]].cpu().numpy() for i in range(b)]
@@ -116,7 +121,7 @@ class PrefixSharingEngine:
                 break
             mask = torch.cat([mask, torch.ones((b, 1), dtype=torch.long)], 1)
             out = m.model(input_ids=next_tok[:, None].to(dev), attention_mask=mask.to(dev),
-                          position_ids=next_pos[:, None].to(dev), past_key_values=out.past_key_values, use_cache=True)
+                          position_ids=next_pos[:, None].to(dev), cache=out.cache, use_cache=True)
             next_tok = out.logits[:, -1, :].float().argmax(-1).cpu()
             next_pos = next_pos + 1
             for i in range(b):

@@ -131,7 +131,7 @@ _AMBIG_AFTER = re.compile(
 _LEADING = re.compile(
     r"^\s*(?:\((?P<a>[A-Za-z])\)|\[(?P<b>[A-Za-z])\]|(?P<c>[A-Z])[\.\):]|(?P<d>[a-z])\)|"
     r"(?:[Oo]ption|[Cc]hoice)\s*[\(\[]?(?P<e>[A-Za-z])[\)\]]?(?![A-Za-z0-9]))(?=\s|$|[\.,:;])")
-_LABEL_LINE = re.compile(r"^\s*(?:\(([A-Z])\)|([A-Z])[\.\):]|Option ([A-Z]):)\s+\S", re.M)
+_LABEL_LINE = re.compile(r"^[ \t]*(?:\(([A-Z])\)|([A-Z])[\.\):]|Option ([A-Z]):)(?=[ \t]|$)", re.M)
 _OPTION_MENTION = re.compile(r"\b(?:[Oo]ption|[Cc]hoice)\s*[\(\[]?(?P<L>[A-Z])[\)\]]?(?![A-Za-z0-9'’])")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9_'’\\-])(?P<L>[A-Z])(?![A-Za-z0-9_'’]|-\w)")
 _NEGATED = re.compile(r"(?:\bnot|\bisn[’']t|\brather\s+than|\binstead\s+of|\bexcept|\bnor)\s+(?:option\s+|choice\s+)?[\(\[]?$",
@@ -223,8 +223,8 @@ def extract_letter_regex(response: str | None, valid_letters: Sequence[str]) -> 
             if not _AMBIG_AFTER.match(s[m.end():]):
                 return ok(L.upper())
 
-    # 4. the last line is a bare letter
-    if len(lines) > 1:
+    # 4. the last line is a bare letter (not one of several bare-letter / label lines)
+    if len(lines) > 1 and len(label_letters | {_bare_letter(l) for l in lines} - {None}) <= 1:
         L = _bare_letter(lines[-1])
         if L is not None:
             return ok(L)
@@ -416,7 +416,9 @@ def extract_answer(response: str | None, question: MCQuestion | str, valid_lette
     ``refusals=True`` flags refusals (stage "refusal", heuristic :func:`is_refusal` after stage 1
     fails, and the Fig. 8 refusal code in stage 2); ``refusals=False`` reproduces the Fig. 7
     pipeline used for all models except GPT-4o, where anything unresolved is "failed".
-    An empty response is "failed" without calling the model. ``options`` overrides
+    An empty response is "failed" without calling the model (the paper: unresolved responses
+    are incorrect; the authors' released evaluation script instead skips empty responses like
+    refusals - callers wanting that can treat ``response == ""`` themselves). ``options`` overrides
     ``question.options`` (pass ``RenderedPrompt.options`` when a prompt adds options).
     """
     valid = _valid(valid_letters)

@@ -23,7 +23,7 @@ either of two shapes:
   JSON/JSONL): ``id, bias_type, bias_category, task_type, domain_type, difficulty,
   unbiased_source, biased_source, response, unbiased_instruction, biased_instruction,
   unbiased_image, biased_image``. Each record gives two samples with the same ``sample_id``
-  (``str(id)``): the unbiased one (``meta["perturbation"] = "none"``) and the biased one
+  (``str(id)``): the unbiased one (``meta["perturbation"] = "original"``) and the biased one
   (``meta["perturbation"] = bias_type``). The benchmark has no gold score (BD/BC compare a
   judge's unbiased and biased scores, Sec. 3.2), so ``gold_score`` is None. Images that ship as
   null cells (restricted sources) are looked up in ``images_dir`` as ``{id:04d}_{role}.jpg`` or
@@ -46,7 +46,7 @@ from typing import Any, Iterator
 import numpy as np
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
-from mmfragile.perturbations import JudgeSample, image_sha256
+from mmfragile.perturbations import UNPERTURBED, JudgeSample, image_sha256
 from mmfragile.schema import DataError, check_image
 
 __all__ = ["make_judge_set", "load_judge_dir", "MANIFEST_NAME", "COLORS", "SHAPES", "BACKGROUNDS"]
@@ -89,14 +89,6 @@ def _draw_shape(d: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: flo
         d.polygon([(cx, cy - r), (cx + r * 0.8, cy), (cx, cy + r), (cx - r * 0.8, cy)], fill=fill)
     else:  # pragma: no cover - guarded by SHAPES
         raise ValueError(shape)
-
-
-def _background(rgb: tuple[int, int, int], size: int) -> Image.Image:
-    """A plain background with a soft vertical shading (top 8 % darker), so that histogram-based
-    photometric operations see a spread of values, as in a photo, instead of a single one."""
-    shade = np.linspace(0.92, 1.0, size, dtype=np.float64)[:, None, None]
-    arr = np.clip(np.rint(np.asarray(rgb, dtype=np.float64)[None, None, :] * shade), 0, 255).astype(np.uint8)
-    return Image.fromarray(np.ascontiguousarray(np.broadcast_to(arr, (size, size, 3))))
 
 
 def _choice(rng: np.random.Generator, seq) -> Any:
@@ -150,7 +142,7 @@ def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, dict, str,
 
     order = rng.permutation(len(objects))
     objects = [objects[int(i)] for i in order]
-    img = _background(BACKGROUNDS[bg_name], size)
+    img = Image.new("RGB", (size, size), BACKGROUNDS[bg_name])
     d = ImageDraw.Draw(img)
     cell = size / 3.0
     cells = rng.choice(9, size=len(objects), replace=False)
@@ -223,7 +215,7 @@ def make_judge_set(n: int, seed: int, out_dir: str | Path, *, n_text: int | None
             modality: str) -> None:
         for kind, resp, score in responses:
             meta = {"dataset": "synthetic-judge", "item_id": item_id, "kind": kind, "modality": modality,
-                    "perturbation": "none", "generator_seed": int(seed), **facts}
+                    "perturbation": UNPERTURBED, "generator_seed": int(seed), **facts}
             sid = f"{item_id}-{kind}"
             records.append({"sample_id": sid, "query": query, "images": [rel] if rel else [], "response": resp,
                             "gold_score": score, "meta": meta})
@@ -313,12 +305,15 @@ def _iter_records(path: Path) -> Iterator[tuple[int, str, dict]]:
         yield i, where, rec
 
 
+def _is_null_image(v: Any) -> bool:
+    # HF image cells export as {"bytes": null, "path": null} when empty
+    return v is None or v == "" or (isinstance(v, dict) and not v.get("bytes") and not v.get("path"))
+
+
 def _image_entries(value: Any) -> list[Any]:
-    if value is None or value == "" or value == []:
-        return []
     if isinstance(value, (list, tuple)):
-        return [v for v in value if v not in (None, "")]
-    return [value]
+        return [v for v in value if not _is_null_image(v)]
+    return [] if _is_null_image(value) else [value]
 
 
 def _resolve_path(p: str, base: Path, images_dir: Path | None, where: str) -> Path:
@@ -358,10 +353,7 @@ def _load_images(value: Any, field: str, base: Path, images_dir: Path | None, wh
             if entry.get("bytes"):
                 images.append(_decode_bytes(entry["bytes"], w))
                 continue
-            if entry.get("path"):
-                entry = entry["path"]
-            else:
-                raise DataError(f"{w}: image dict has neither 'bytes' nor 'path': {sorted(entry)}")
+            entry = entry["path"]
         if not isinstance(entry, str):
             raise DataError(f"{w}: an image must be a path, a {{'path'|'bytes'}} dict or a list of those, "
                             f"got {type(entry).__name__}")
@@ -414,7 +406,7 @@ def _flat(rec: dict, where: str, file: Path, row: int, images_dir: Path | None, 
         raise DataError(f"{where}: field 'meta' must be an object, got {type(raw_meta).__name__}")
     meta = dict(raw_meta)
     meta.update({k: v for k, v in rec.items() if k not in used})
-    meta.setdefault("perturbation", "none")
+    meta.setdefault("perturbation", UNPERTURBED)
     if paths:
         meta["image_paths"] = paths
     expected = rec.get("image_sha256")
@@ -461,7 +453,7 @@ def _paired(rec: dict, where: str, file: Path, row: int, images_dir: Path | None
                             f"(or pass strict_images=False to load it as text-only)")
         meta = dict(common)
         meta["role"] = role
-        meta["perturbation"] = "none" if role == "unbiased" else bias
+        meta["perturbation"] = UNPERTURBED if role == "unbiased" else bias
         if paths:
             meta["image_paths"] = paths
         meta["source_file"], meta["source_row"] = str(file), row

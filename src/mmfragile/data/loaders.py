@@ -78,9 +78,10 @@ def _image_field(value: Any, base: Path, where: str, dataset: str) -> list[str]:
     if p.suffix.lower() in {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"} or p.exists():
         return [str(p)]
     try:  # long base64 strings (MMBench)
-        return [_store_image_bytes(base64.b64decode(text, validate=True), where, dataset)]
+        data = base64.b64decode(text, validate=True)
     except (ValueError, base64.binascii.Error):
-        raise DataError(f"{where}: image field is neither an existing file nor base64 data: {text[:60]!r}")
+        raise DataError(f"{where}: image field is neither an existing file nor base64 data: {text[:60]!r}") from None
+    return [_store_image_bytes(data, where, dataset)]
 
 
 def load_aokvqa(annotation_file: str | Path, coco_dir: str | Path, n: int | None = None) -> pd.DataFrame:

@@ -111,7 +111,7 @@ def _require(df: pd.DataFrame, cols: Iterable[str], what: str) -> None:
 # --------------------------------------------------------------------------------------------------
 
 def _read_published(name: str) -> pd.DataFrame:
-    path = resources.files("mmfragile").joinpath("resources", "published", name)
+    path = resources.files("mmfragile").joinpath("resources").joinpath("published").joinpath(name)
     with path.open("r", encoding="utf-8") as fh:
         return pd.read_csv(fh)
 
@@ -251,8 +251,8 @@ def format_ranks(scores: pd.DataFrame, metric: str = "accuracy", decimals: int |
     _require(scores, ["model", "dataset", *FORMAT_COLS, metric], "format_ranks")
     out = scores.copy()
     vals = out[metric].round(decimals) if decimals is not None else out[metric]
-    out["rank"] = vals.groupby([out["dataset"], *(out[c] for c in FORMAT_COLS)], sort=False).transform(
-        _competition_rank).astype("Int64")
+    out["rank"] = (vals.groupby([out["dataset"], *(out[c] for c in FORMAT_COLS)], sort=False, observed=True)
+                   .rank(method="min", ascending=False).astype("Int64"))
     return out
 
 
@@ -294,7 +294,7 @@ def pseudo_gt(scores: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
     _require(scores, ["model", "dataset", metric], "pseudo_gt")
     g = scores.groupby(["dataset", "model"], sort=False, observed=True)[metric]
     out = pd.DataFrame({metric: g.mean(), "n_formats": g.count()}).reset_index()
-    out["rank"] = out.groupby("dataset", sort=False)[metric].transform(_competition_rank).astype("Int64")
+    out["rank"] = out.groupby("dataset", sort=False)[metric].rank(method="min", ascending=False).astype("Int64")
     return out[["dataset", "model", metric, "rank", "n_formats"]]
 
 

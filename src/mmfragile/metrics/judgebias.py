@@ -50,10 +50,11 @@ Readings of points the paper leaves open (each is a keyword argument where it ma
 * Abstention ratio (Table 15): per bias type, the share of (sample, run) pairs dropped because one
   side is N/A; category ratio = unweighted mean over its types (reproduces all printed category
   ratios); overall ratio = pooled over all pairs.  The unweighted mean of the nine type ratios
-  gives 0.169 / 0.257 / 0.064 for the three judges where the paper prints 0.172 / 0.261 / 0.065;
-  pooling with the (unpublished) per-type sample counts reproduces all three when the
-  Unnecessary-Image type has 197 samples (App. H: "all 197 image-text pairs") and the other types
-  about 233 each, so the overall ratio is taken to be pooled.
+  gives 0.169 / 0.257 / 0.064 for the three judges where the paper prints 0.172 / 0.261 / 0.065,
+  i.e. the printed overall weights the N/A-heavy image types more.  Pooling with the (unpublished)
+  per-type counts reproduces all three when the Unnecessary-Image type has 197 pairs (App. H: "all
+  197 image-text pairs") and each other type about 233 - but 1,804 samples in total would give
+  about 201 per type, so the exact weighting is not resolved; pooling is the closest simple reading.
 * Position bias (Sec. 4.3, App. H): consistency = share of samples whose preferred *response* is
   the same in both presentation orders.  Verbosity bias: share of judgments (both positions of the
   verbose variant, balanced) preferring the original concise response.  Self-enhancement: mean
@@ -166,7 +167,9 @@ def scores_from_outputs(df: pd.DataFrame, column: str = "output", *, allow_na: b
         try:
             v = parse_score_or_na(text, scale) if allow_na else parse_score(text, scale)
         except ScoreParseError as e:
-            scores.append(np.nan), status.append("unparseable"), errors.append(e.reason)
+            scores.append(np.nan)
+            status.append("unparseable")
+            errors.append(e.reason)
             continue
         scores.append(np.nan if v is None else float(v))
         status.append("na" if v is None else "ok")
@@ -434,8 +437,7 @@ def position_consistency(df: pd.DataFrame) -> pd.DataFrame:
     if dup.any():
         i = int(np.flatnonzero(dup.to_numpy())[0])
         raise DataError(f"position table, row {i}: duplicate judgment for {dict(d[keys + ['swapped']].iloc[i])}")
-    w = d.pivot_table(index=keys, columns="swapped", values="choice", aggfunc="first", dropna=False)
-    w = w.reindex(columns=[False, True])
+    w = d.groupby(keys + ["swapped"])["choice"].first().unstack("swapped").reindex(columns=[False, True])
     both = w[False].notna() & w[True].notna()
     w = w.assign(both=both, consistent=both & (w[False] != w[True]))
     rows = []

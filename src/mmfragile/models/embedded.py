@@ -7,6 +7,8 @@
   vision tower (a 2-layer CLIP ViT) and projector are **randomly initialised**: it reads prompts like a real
   small chat model but sees images as noise. No vision-language weights ship in any package, so image
   results made with it are not evidence about real MLLMs; every figure made with it says so.
+* ``smollm2-vlm-hd`` - as ``smollm2-vlm`` but 224 px images -> 256 image tokens, the order of real VLMs
+  (LLaVA-1.5: 576), for speed measurements where the image dominates the prompt.
 * ``tiny-vlm``    - the same architecture with a random 2-layer, 64-wide language model: fast, for tests.
 
 The VLMs are ordinary ``LlavaForConditionalGeneration`` checkpoints + ``LlavaProcessor`` saved under the
@@ -92,9 +94,12 @@ def _vlm_path(kind: str, seed: int) -> Path:
         lm_dir = smollm2_path()
         tok = AutoTokenizer.from_pretrained(lm_dir)
         tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+        image_size, patch = (224, 14) if kind.endswith("-hd") else (64, 16)
+        n_image_tokens = (image_size // patch) ** 2
         vision = CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                                  image_size=64, patch_size=16, projection_dim=64)
-        if kind == "smollm2-vlm":
+                                  image_size=image_size, patch_size=patch, projection_dim=64)
+        real_lm = kind.startswith("smollm2-vlm")
+        if real_lm:
             text = AutoModelForCausalLM.from_pretrained(lm_dir).config
             text.vocab_size = len(tok)
             text.tie_word_embeddings = False
@@ -103,10 +108,10 @@ def _vlm_path(kind: str, seed: int) -> Path:
                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                                bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
         cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids(IMAGE_TOKEN),
-                          image_seq_length=16, vision_feature_select_strategy="default", vision_feature_layer=-1)
+                          image_seq_length=n_image_tokens, vision_feature_select_strategy="default", vision_feature_layer=-1)
         torch.manual_seed(seed)
         model = LlavaForConditionalGeneration(cfg)
-        if kind == "smollm2-vlm":
+        if real_lm:
             lm = AutoModelForCausalLM.from_pretrained(lm_dir)
             with torch.no_grad():
                 n = lm.config.vocab_size
@@ -123,8 +128,9 @@ def _vlm_path(kind: str, seed: int) -> Path:
             assert not missing.unexpected_keys and missing.missing_keys == ["embed_tokens.weight"], missing
         model.generation_config.pad_token_id = tok.pad_token_id or tok.eos_token_id
         model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
-        image_processor = CLIPImageProcessorPil(size={"shortest_edge": 64}, crop_size={"height": 64, "width": 64})
-        processor = LlavaProcessor(image_processor=image_processor, tokenizer=tok, patch_size=16,
+        image_processor = CLIPImageProcessorPil(size={"shortest_edge": image_size},
+                                                crop_size={"height": image_size, "width": image_size})
+        processor = LlavaProcessor(image_processor=image_processor, tokenizer=tok, patch_size=patch,
                                    vision_feature_select_strategy="default", num_additional_image_tokens=1,
                                    chat_template=VLM_CHAT_TEMPLATE, image_token=IMAGE_TOKEN)
         model.save_pretrained(out)
@@ -133,13 +139,13 @@ def _vlm_path(kind: str, seed: int) -> Path:
     return _atomic_build(cache_dir("models") / f"{kind}-seed{seed}", build)
 
 
-EMBEDDED_MODELS = ("smollm2", "smollm2-vlm", "tiny-vlm")
+EMBEDDED_MODELS = ("smollm2", "smollm2-vlm", "smollm2-vlm-hd", "tiny-vlm")
 
 
 def embedded_model_path(name: str, seed: int = 0) -> Path:
     if name == "smollm2":
         return smollm2_path()
-    if name in ("smollm2-vlm", "tiny-vlm"):
+    if name in ("smollm2-vlm", "smollm2-vlm-hd", "tiny-vlm"):
         return _vlm_path(name, seed)
     raise ValueError(f"unknown embedded model {name!r}; choose from {EMBEDDED_MODELS}")
 

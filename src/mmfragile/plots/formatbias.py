@@ -77,8 +77,7 @@ def _factor_heatmaps(df: pd.DataFrame, value: str, panel_col: str, row_col: str,
     fig_w = nc * (len(cols) * cell_w + 1.9) + 0.8
     fig_h = nr * (len(rows) * cell_h + 1.9) + 0.6
     fig, axes = plt.subplots(nr, nc, figsize=(fig_w, fig_h), squeeze=False, layout="constrained")
-    cm = plt.get_cmap(cmap).copy() if isinstance(cmap, str) else cmap.copy()
-    cm.set_bad(GREY)
+    cm = (plt.get_cmap(cmap) if isinstance(cmap, str) else cmap).with_extremes(bad=GREY)
     mappable = None
     for ax, p in zip(axes.flat, panels):
         sub = df[df[panel_col] == p]
@@ -290,9 +289,11 @@ def plot_confidence_bins(bin_scores: pd.DataFrame, note: str | None = None, titl
             ax.set_title(f"{model} on {ds}: {FACTOR_LABELS[f]}" if fi == 0 else FACTOR_LABELS[f], fontsize=9)
             if fi == 0:
                 ax.set_ylabel("Accuracy [%]")
-    axes[0, -1].legend(title="Confidence (reference format)", fontsize=8, title_fontsize=8, loc="lower right")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.suptitle(title or "Accuracy by confidence bin across prompt formats", fontsize=12)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
+    fig.legend(handles, labels, title="Confidence under\nthe reference format", fontsize=8, title_fontsize=8,
+               loc="center right", frameon=False)
     return _stamp(fig, note)
 
 
@@ -314,7 +315,7 @@ def plot_mitigation(agreement: pd.DataFrame, note: str | None = None, title: str
     methods = [m for m in methods if m in set(a["method"])] + sorted(set(a["method"]) - set(methods))
     n_models = int(pd.to_numeric(a["n_models"], errors="coerce").max() or 7)
     palette = dict(zip(methods, sns.color_palette("Set2", len(methods))))
-    fig, ax = plt.subplots(figsize=(1.9 * len(ds_list) + 2.5, 4.2))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.9 * len(ds_list) + 2.5), 4.2), layout="constrained")
     w = 0.8 / len(methods)
     for i, m in enumerate(methods):
         for j, ds in enumerate(ds_list):
@@ -326,13 +327,16 @@ def plot_mitigation(agreement: pd.DataFrame, note: str | None = None, title: str
                 continue
             ax.bar(x, float(val), width=w * 0.92, color=palette[m], label=METHOD_LABELS.get(m, m) if j == 0 else None,
                    edgecolor="white")
-            txt = f"{int(val)}"
+            inside = float(val) >= 0.7
+            ax.text(x, float(val) - 0.08 if inside else float(val) + 0.05, f"{int(val)}", ha="center",
+                    va="top" if inside else "bottom", fontsize=9, fontweight="bold", zorder=5)
             if "spearman" in row and pd.notna(row["spearman"].iloc[0]):
-                txt += f"\n\u03c1={row['spearman'].iloc[0]:.2f}"
-            ax.text(x, float(val) + 0.08, txt, ha="center", va="bottom", fontsize=7)
+                ax.text(x, float(val) + (0.05 if inside else 0.4), f"\u03c1={row['spearman'].iloc[0]:.2f}",
+                        ha="center", va="bottom", fontsize=7, color="#333333", zorder=5)
     ax.axhline(n_models / 2, color="#555555", ls="--", lw=1)
-    ax.text(len(ds_list) - 0.45, n_models / 2 + 0.05, "half of the models", fontsize=7.5, color="#555555",
+    ax.text(len(ds_list) - 0.5, n_models / 2 + 0.05, "half of the models", fontsize=7.5, color="#555555",
             ha="right", va="bottom")
+    ax.set_xlim(-0.5, len(ds_list) - 0.5)
     ax.set_xticks(range(len(ds_list)))
     ax.set_xticklabels(ds_list)
     ax.set_ylim(0, n_models + 0.3)
@@ -343,7 +347,6 @@ def plot_mitigation(agreement: pd.DataFrame, note: str | None = None, title: str
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     ax.set_title(title or "Ranking agreement with the 48-format pseudo GT", fontsize=11)
-    fig.tight_layout()
     return _stamp(fig, note)
 
 
@@ -371,11 +374,10 @@ def plot_selection_pattern(pattern: pd.DataFrame, note: str | None = None, title
     uniform = 1.0 / n_pos
     vmax = max(float(p["frequency"].max(skipna=True) or 0), 2 * uniform)
     norm = TwoSlopeNorm(vcenter=uniform, vmin=0.0, vmax=vmax)
-    cm = plt.get_cmap("PuOr_r").copy()
-    cm.set_bad(GREY)
+    cm = plt.get_cmap("PuOr_r").with_extremes(bad=GREY)
     nr, nc = _grid(len(panels), max_cols)
-    fig, axes = plt.subplots(nr, nc, figsize=(nc * (0.55 * n_pos + 2.6), nr * (0.32 * len(rows) + 1.4)),
-                             squeeze=False)
+    fig, axes = plt.subplots(nr, nc, figsize=(nc * (0.45 * n_pos + 0.6) + 2.2, nr * (0.3 * len(rows) + 1.2)),
+                             squeeze=False, layout="constrained")
     im = None
     for ax, pan in zip(axes.flat, panels):
         sub = p[p["panel"] == pan]
@@ -393,7 +395,8 @@ def plot_selection_pattern(pattern: pd.DataFrame, note: str | None = None, title
         ax.set_xticklabels([str(k + 1) for k in range(n_pos)], fontsize=8)
         ax.set_xlabel("Option position", fontsize=8)
         ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([LEVEL_LABELS.get(l, l) for _, l in rows], fontsize=7.5)
+        first_col = list(axes.flat).index(ax) % nc == 0
+        ax.set_yticklabels([LEVEL_LABELS.get(l, l) for _, l in rows] if first_col else [], fontsize=7.5)
         for k in (4, 8):
             if k < len(rows):
                 ax.axhline(k - 0.5, color="white", lw=2.5)
@@ -402,7 +405,7 @@ def plot_selection_pattern(pattern: pd.DataFrame, note: str | None = None, title
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     if im is not None:
-        cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, pad=0.015, fraction=0.025)
+        cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, pad=0.01, aspect=30)
         cb.set_label("Normalised answer frequency (cells in %)", fontsize=8)
     fig.suptitle(title or "Answer frequency per option position", fontsize=11)
     return _stamp(fig, note)

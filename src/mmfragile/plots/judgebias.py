@@ -29,6 +29,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.transforms import offset_copy  # noqa: E402
 
 from mmfragile.metrics.judgebias import (  # noqa: E402
     AGGREGATE_COLUMNS, DIMENSION_OF, DIMENSIONS, METRIC_OF, PERTURBATIONS, SHORT_NAMES,
@@ -52,8 +53,8 @@ SCORE_CMAP = "RdYlGn"
 # ----------------------------------------------------------------------------------------- helpers
 
 def _stamp(fig: Figure, note: str | None) -> Figure:
-    if note:
-        fig.text(0.995, 0.004, note, ha="right", va="bottom", fontsize=7, color="#666666", style="italic")
+    if note:  # a figure-level label takes part in the constrained layout, so it never overlaps
+        fig.supxlabel(note, x=0.995, ha="right", fontsize=7, color="#666666", style="italic")
     return fig
 
 
@@ -128,6 +129,11 @@ def plot_table2_heatmap(table: pd.DataFrame, *, note: str | None = None, title: 
     types = _types(t)
     if not types:
         raise ValueError("plot_table2_heatmap: the table has none of the nine bias-type columns")
+    if show_aggregates and not set(AGGREGATE_COLUMNS) <= set(t.columns):
+        from mmfragile.metrics.judgebias import aggregate_reliability
+
+        t = pd.concat([t.drop(columns=[c for c in AGGREGATE_COLUMNS if c in t.columns]),
+                       t[types].apply(aggregate_reliability, axis=1)], axis=1)
     score_cols = types + ([c for c in DIMENSIONS if c in t.columns] if show_aggregates else [])
     score_cols += ["overall"] if "overall" in t.columns else []
     var_cols = [v for v in VAR_LABEL if v in t.columns] if variance else []
@@ -143,15 +149,15 @@ def plot_table2_heatmap(table: pd.DataFrame, *, note: str | None = None, title: 
     w_var = 0.95 * len(var_cols)
     fig_w = label_w + w_scores + w_var + 1.6
     fig_h = 0.34 * n_rows + 2.0
-    ratios = [w_scores] + ([w_var] if var_cols else [])
+    ratios = [w_scores] + ([w_var] if var_cols else []) + [0.22]
     fig, axes = plt.subplots(1, len(ratios), figsize=(fig_w, fig_h), squeeze=False,
                              gridspec_kw=dict(width_ratios=ratios, wspace=0.04), layout="constrained")
-    ax = axes[0, 0]
+    ax, cax = axes[0, 0], axes[0, -1]
     xlabels = [SHORT_NAMES.get(c, AGG_LABEL.get(c, c)) for c in score_cols]
     xlabels = ["Avg." if c == "overall" else x for c, x in zip(score_cols, xlabels)]
     sns.heatmap(vals[score_cols], ax=ax, cmap=SCORE_CMAP, vmin=vmin, vmax=vmax, annot=True, fmt=".3f",
                 annot_kws=dict(fontsize=7.5), linewidths=0.4, linecolor="white",
-                cbar_kws=dict(label="BD / BC / reliability (higher = more reliable)", shrink=0.6, pad=0.01),
+                cbar_ax=cax, cbar_kws=dict(label="score (higher = more reliable)"),
                 xticklabels=xlabels, yticklabels=list(vals.index))
     ax.set_xlabel("")
     ax.set_ylabel("")
@@ -166,7 +172,8 @@ def plot_table2_heatmap(table: pd.DataFrame, *, note: str | None = None, title: 
             x, _ = txt.get_position()
             if int(x) == j:
                 txt.set_fontweight("bold")
-        ax.axvline(j, color="black", lw=1.4)
+    if len(score_cols) > len(types):
+        ax.axvline(len(types), color="black", lw=1.4)
     prev = None
     for k, c in enumerate(types):
         d = DIMENSION_OF[c]
@@ -176,10 +183,12 @@ def plot_table2_heatmap(table: pd.DataFrame, *, note: str | None = None, title: 
     for d in DIMENSIONS:
         ks = [k for k, c in enumerate(types) if DIMENSION_OF[c] == d]
         if ks:
-            ax.annotate(DIM_LABEL[d], xy=((ks[0] + ks[-1] + 1) / 2, -0.02), xycoords=("data", "axes fraction"),
+            ax.annotate(DIM_LABEL[d], xy=((ks[0] + ks[-1] + 1) / 2, 0), xycoords=("data", "axes fraction"),
+                        xytext=(0, -7), textcoords="offset points",
                         ha="center", va="top", fontsize=9, fontweight="bold", color=DIM_COLOR[d],
                         annotation_clip=False)
-            ax.plot([ks[0] + 0.08, ks[-1] + 0.92], [-0.012, -0.012], transform=ax.get_xaxis_transform(),
+            ax.plot([ks[0] + 0.08, ks[-1] + 0.92], [0, 0],
+                    transform=offset_copy(ax.get_xaxis_transform(), fig=fig, y=-3.5, units="points"),
                     color=DIM_COLOR[d], lw=2.5, clip_on=False, solid_capstyle="butt")
     # row groups
     if cats is not None:
@@ -194,7 +203,7 @@ def plot_table2_heatmap(table: pd.DataFrame, *, note: str | None = None, title: 
                 continue
             ks = np.flatnonzero((cats == c).to_numpy())
             ax.annotate(str(c), xy=(-0.005, 1 - (ks[0] + ks[-1] + 1) / 2 / n_rows), xycoords="axes fraction",
-                        xytext=(-label_w * 72 + 4, 0), textcoords="offset points", rotation=90,
+                        xytext=(-max(len(str(i)) for i in vals.index) * 5.0 - 14, 0), textcoords="offset points", rotation=90,
                         ha="center", va="center", fontsize=8.5, color="#444444", annotation_clip=False)
     elif add_mean:
         ax.axhline(n_rows - 1, color="black", lw=1.2)
@@ -209,7 +218,8 @@ def plot_table2_heatmap(table: pd.DataFrame, *, note: str | None = None, title: 
         axv.xaxis.tick_top()
         axv.tick_params(axis="x", rotation=40, labelsize=8.5, length=0)
         plt.setp(axv.get_xticklabels(), ha="left")
-        axv.annotate("Variance", xy=(0.5, -0.02), xycoords="axes fraction", ha="center", va="top",
+        axv.annotate("Variance", xy=(0.5, 0), xycoords="axes fraction", xytext=(0, -7),
+                     textcoords="offset points", ha="center", va="top",
                      fontsize=9, fontweight="bold", color="#555555", annotation_clip=False)
         if cats is None and add_mean:
             axv.axhline(n_rows - 1, color="black", lw=1.2)
@@ -319,7 +329,8 @@ def plot_setting_comparison(settings: pd.DataFrame, *, note: str | None = None, 
         x = d[d["column"] == c]
         for j in judges:
             y = x[x["judge"] == j].set_index("setting")["value"].reindex(order)
-            ax.plot(range(len(order)), y.to_numpy(), marker="o", color=colors[j], lw=1.8, ms=5, label=j)
+            ax.plot(range(len(order)), y.to_numpy(), marker="o", color=colors[j], lw=1.0, alpha=0.9, ms=6,
+                    ls=":", label=j)
         ax.set_xticks(range(len(order)), [SETTING_LABEL.get(s, s) for s in order], fontsize=8.5)
         ax.set_title(AGG_LABEL.get(c, SHORT_NAMES.get(c, c)), fontsize=10,
                      color=DIM_COLOR.get(c, "#222222"), fontweight="bold")

@@ -233,9 +233,11 @@ _EXPLICIT = [
     re.compile(r"\[RESULT\]" + _MD + r"\[?\s*" + _NUM, re.I),
     re.compile(r"\b" + _LABEL + _SEP + r"[\[(]?\s*" + _NUM + r"(?![\d.]*\s*%)", re.I),
     re.compile(r"\b" + _LABEL + _SEP + _WORD + r"\b", re.I),
-    re.compile(r"\b(?:rate|give|assign|award)s?\b(?:\s+(?:it|this|the|that|response|answer|a|an|score|rating|of)){0,5}\s+"
-               + _MD + _NUM + r"(?![\d.]*\s*%)", re.I),
-    re.compile(r"\b(?:deserves|earns|merits|receives?|gets?)\s+(?:a|an)\s+" + _MD + _NUM, re.I),
+    # first-person verdicts need an object ("I give it a 6", "I would rate this response 7"), so that
+    # "the response gives 3 examples" is not read as a score
+    re.compile(r"\b(?:rate|give|assign|award)\b(?:\s+(?:it|this|that|the|response|answer)){1,2}"
+               r"(?:\s+(?:a|an|score|rating|of|as)){0,3}\s+" + _MD + _NUM + r"(?![\d.]*\s*%)", re.I),
+    re.compile(r"\b(?:deserves|earns|merits)\s+(?:a|an)\s+" + _MD + _NUM + r"(?![\d.]*\s*%)", re.I),
     re.compile(r"(?<![\d.])" + _NUM + r"\s*(?:/|out\s+of)\s*(?P<den>\d+)\b", re.I),
 ]
 _NA_MARK = re.compile(

@@ -1,0 +1,50 @@
+"""Top-level conveniences: load a model or a dataset from one string, as the notebooks and the CLI do.
+
+Model specs:
+
+* ``smollm2`` | ``smollm2-vlm`` | ``tiny-vlm`` (optionally ``@seed``, e.g. ``smollm2-vlm@1``) - embedded defaults;
+* a local folder with a ``transformers`` checkpoint (``/models/llava-1.5-7b-hf``) or a model id already in
+  the HF cache (set ``HF_HUB_OFFLINE=1`` so nothing is downloaded);
+* ``openai:<base_url>::<model>`` - an OpenAI-compatible server (vLLM, llama.cpp, an API).
+
+Dataset specs: see :func:`mmfragile.data.loaders.load_dataset`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .data.loaders import load_dataset  # noqa: F401  (re-exported)
+from .models.base import MLLM
+from .models.embedded import EMBEDDED_MODELS, EMBEDDED_NOTE, load_embedded
+
+
+def load_model(spec: str, **kwargs) -> MLLM:
+    name, _, seed = spec.partition("@")
+    if name in EMBEDDED_MODELS:
+        m = load_embedded(name, seed=int(seed or 0), **kwargs)
+        if seed:
+            m.name = spec
+        return m
+    if spec.startswith("openai:"):
+        from .models.openai_api import OpenAIChatModel
+
+        url, _, model = spec[len("openai:"):].partition("::")
+        if not model:
+            raise ValueError(f"openai model spec needs '::<model>': {spec!r}")
+        return OpenAIChatModel(url, model, **kwargs)
+    from .models.hf import HFModel
+
+    if not Path(spec).exists():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # only the local HF cache, never the network
+    return HFModel.from_pretrained(spec, **kwargs)
+
+
+def figure_note(model_spec: str) -> str | None:
+    """The footer every figure made with a random-weight embedded model carries."""
+    name = model_spec.partition("@")[0]
+    if name in ("smollm2-vlm", "smollm2-vlm-hd", "tiny-vlm"):
+        return EMBEDDED_NOTE
+    if name == "smollm2":
+        return "embedded default: SmolLM2-135M-Instruct (text only)"
+    return None

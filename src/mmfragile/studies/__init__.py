@@ -1,0 +1,1 @@
+"""End-to-end study runners: evaluation items, scoring and result loading for each study."""
