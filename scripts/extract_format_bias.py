@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Extract the published Study-1 numbers (prompt-format bias in multiple-choice VQA) from the seed text.
 
-Source: ``/work/shared/seeds/format-bias-mcvqa.txt`` ("Unexplored Flaws in Multiple-Choice VQA
+Source: ``../shared/seeds/format-bias-mcvqa.txt`` ("Unexplored Flaws in Multiple-Choice VQA
 Evaluations"), appendix C.4 (Table 7, bias-mitigation results) and C.5 (Tables 8-12, full results
 of 7 MLLMs x 48 prompt formats on 5 datasets).
 
@@ -31,8 +31,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mmfragile.paths import seed_path
+
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SEED = Path("/work/shared/seeds/format-bias-mcvqa.txt")
+DEFAULT_SEED = seed_path("format-bias-mcvqa.txt")
 DEFAULT_OUT = ROOT / "src" / "mmfragile" / "resources" / "published"
 
 MODELS = ["Gemma-3", "LLaVA-1.5", "LLaVA-OV", "Phi-3.5", "Phi-4", "Qwen-2-VL", "Qwen-2.5-VL"]

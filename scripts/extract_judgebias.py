@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Extract the published Study-3 numbers (MM-JudgeBias, arXiv 2604.18164) from the seed text.
 
-Source: ``/work/shared/seeds/mm-judgebias.txt`` - Table 2 (main results: 30 judge rows x 9 bias
+Source: ``../shared/seeds/mm-judgebias.txt`` - Table 2 (main results: 30 judge rows x 9 bias
 types, reliability ``Avg.`` and inter-run / inter-sample variance, plus the ``Avg.`` row over
 judges), Table 3 / Table 4 (summaries), Table 13 (Unnecessary-Image disentangled ablation),
 Table 14 (abstention-aware, N/A-enabled results), Table 15 (abstention ratios) and Table 16
@@ -41,8 +41,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from mmfragile.paths import seed_path
+
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SEED = Path("/work/shared/seeds/mm-judgebias.txt")
+DEFAULT_SEED = seed_path("mm-judgebias.txt")
 DEFAULT_OUT = ROOT / "src" / "mmfragile" / "resources" / "published"
 
 #: Column header in the paper -> perturbation name used throughout mmfragile.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Extract the published Promptception numbers from the seed text into tidy CSVs.
 
-Reads ``/work/shared/seeds/promptception.txt`` (or ``--seed``) and writes, into
+Reads ``../shared/seeds/promptception.txt`` (or ``--seed``) and writes, into
 ``src/mmfragile/resources/published/`` (or ``--out``):
 
 * ``promptception_accuracy.csv``  - Appendix B Tables 6 (MVBench), 7 (MMMU-Pro, s4 columns only) and
@@ -31,8 +31,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from mmfragile.paths import seed_path
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SEED = Path("/work/shared/seeds/promptception.txt")
+DEFAULT_SEED = seed_path("promptception.txt")
 DEFAULT_OUT = REPO / "src" / "mmfragile" / "resources" / "published"
 
 # Canonical model names = the names of Table 2; the appendix tables spell them differently.

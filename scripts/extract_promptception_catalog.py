@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Build the Promptception prompt catalog (61 prompt types + baseline) from the seed text.
 
-Reads ``/work/shared/seeds/promptception.txt`` (or ``--seed``) and writes
+Reads ``../shared/seeds/promptception.txt`` (or ``--seed``) and writes
 ``src/mmfragile/resources/promptception_catalog.json`` (or ``--out``).
 
 Sources in the seed:
@@ -62,8 +62,10 @@ import re
 import sys
 from pathlib import Path
 
+from mmfragile.paths import seed_path
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SEED = Path("/work/shared/seeds/promptception.txt")
+DEFAULT_SEED = seed_path("promptception.txt")
 DEFAULT_OUT = REPO / "src" / "mmfragile" / "resources" / "promptception_catalog.json"
 
 EXAMPLE_Q = "What design element best describes the visuals?"

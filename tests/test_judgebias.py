@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from mmfragile.paths import seed_path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,7 +18,7 @@ from mmfragile.prompts.judge import (
 from mmfragile.schema import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED = Path("/work/shared/seeds/mm-judgebias.txt")
+SEED = seed_path("mm-judgebias.txt")
 
 
 # ------------------------------------------------------------------------------------------ prompts

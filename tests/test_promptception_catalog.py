@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mmfragile.paths import seed_path
+
 import pytest
 
 from mmfragile.prompts.promptception import (
@@ -21,7 +23,7 @@ from mmfragile.prompts.promptception import (
 from mmfragile.schema import DataError, MCQuestion
 
 REPO = Path(__file__).resolve().parents[1]
-SEED = Path("/work/shared/seeds/promptception.txt")
+SEED = seed_path("promptception.txt")
 
 # Sec. 4.2.1, copied by hand from the paper
 POSITIVE = ["2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "6.1", "6.2", "6.3", "6.4", "9.1", "10.1", "10.2",

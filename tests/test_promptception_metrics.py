@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from mmfragile.paths import seed_path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from mmfragile.metrics import promptception as pc
 from mmfragile.schema import DataError
 
-SEED = Path("/work/shared/seeds/promptception.txt")
+SEED = seed_path("promptception.txt")
 REPO = Path(__file__).resolve().parents[1]
 
 

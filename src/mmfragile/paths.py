@@ -11,3 +11,16 @@ def cache_dir(*parts: str) -> Path:
     p = root.joinpath(*parts)
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def seed_path(name: str) -> Path:
+    """A seed paper text (``format-bias-mcvqa.txt``, ``promptception.txt``, ``mm-judgebias.txt``):
+    ``$MMFRAGILE_SEEDS/<name>``, else ``<repo>/../shared/seeds/<name>`` (the checkout's sibling folder)."""
+    env = os.environ.get("MMFRAGILE_SEEDS")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[3] / "shared" / "seeds")
+    candidates.append(Path.cwd().parent / "shared" / "seeds")
+    for c in candidates:
+        if (c / name).is_file():
+            return c / name
+    return candidates[0] / name

@@ -44,7 +44,7 @@ from ..schema import DataError, MCQuestion
 from ..store import ResultStore
 
 __all__ = [
-    "DEFAULT_MAX_NEW_TOKENS", "PromptceptionItem", "promptception_items", "make_score_fn", "frame_indices",
+    "DEFAULT_MAX_NEW_TOKENS", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn", "frame_indices",
     "sample_frames", "select_questions", "store_dir", "run_config", "load_results", "accuracy_frame",
     "load_accuracy", "split_zero_baselines", "figure_note_for", "summarize_run",
 ]
@@ -67,7 +67,9 @@ class PromptceptionItem(EvalItem):
     options: list[str] = field(default_factory=list)
 
 
-def _model_kind(model: MLLM, model_kind: str) -> str:
+def resolve_model_kind(model: MLLM, model_kind: str = "auto") -> str:
+    """The prompt variant of Appendix A: ``model_kind`` "open" / "proprietary" as given; "auto" gives
+    "proprietary" for OpenAI-compatible API models and "open" for everything else."""
     if model_kind == "auto":  # API models get the proprietary variant (Appendix A), local ones the open one
         return "proprietary" if type(model).__name__ == "OpenAIChatModel" else "open"
     return model_kind
@@ -79,7 +81,8 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
                         omit_dollar: bool = False, system: str | None = None) -> list[PromptceptionItem]:
     """One item per question x prompt type (Sec. 3), grouped by question for the prefix-sharing engine.
 
-    ``prompt_ids`` defaults to the 61 prompt types (no separate baseline, see the module docstring);
+    ``prompt_ids`` (a list, or one comma-separated string) defaults to the 61 prompt types (no separate
+    baseline, see the module docstring);
     prompts a question's modality does not support (11.4 / 11.5 on non-video questions) are skipped.
     ``model_kind`` is "open", "proprietary" (Appendix A's two answer-format variants) or "auto"
     (proprietary for OpenAI-compatible API models). ``omit_dollar`` drops the ``$`` of ``$LETTER``
@@ -91,7 +94,9 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
     1-15), ``supercategory`` (1-6), ``intent, modality, n_options`` (the question's own options) and
     ``question_category``. ``answer_id`` is the correct letter, ``option_ids`` every letter shown.
     """
-    kind = _model_kind(model, model_kind)
+    kind = resolve_model_kind(model, model_kind)
+    if isinstance(prompt_ids, str):  # "1.1,6.1" from a command line / papermill -p
+        prompt_ids = [p.strip() for p in prompt_ids.split(",") if p.strip()]
     pids = [str(p) for p in (prompt_ids if prompt_ids is not None else catalog_prompt_ids(include_baseline=False))]
     types = [get_prompt_type(p) for p in pids]  # KeyError for an unknown id, before any work
     if max_new_tokens < 1:
@@ -441,8 +446,9 @@ def summarize_run(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
                                              unresolved=("unresolved", "sum"), refusals=("refusal", "sum"),
                                              stage2=("extraction_stage", lambda s: int((s == "model").sum())))
     per_prompt["accuracy"] *= 100
-    per_prompt = per_prompt.iloc[np.argsort([prompt_sort_key(p) for p in per_prompt.index], kind="stable")]
-    stages = pd.crosstab(df.modality, df.extraction_stage, margins=True, margins_name="all")
+    per_prompt = per_prompt.iloc[sorted(range(len(per_prompt)), key=lambda i: prompt_sort_key(per_prompt.index[i]))]
+    stages = df.groupby([df.modality.astype(str), df.extraction_stage.astype(str)]).size().unstack(fill_value=0)
+    stages.loc["all"] = stages.sum()
     per_modality = df.groupby("modality").agg(accuracy=("correct", "mean"), n=("correct", "size"),
                                               questions=("question_id", "nunique"), refusals=("refusal", "sum"))
     per_modality["accuracy"] *= 100

@@ -1,0 +1,748 @@
+"""Study 3 (MM-JudgeBias, Lee, Park, Im; arXiv 2604.18164) end to end on any judge.
+
+Pipeline (Sec. 3-4 of the seed):
+
+1. :func:`build_judge_conditions` - every unbiased sample plus its biased counterparts under the nine
+   perturbations of Table 1 (:mod:`mmfragile.perturbations`), with an audit copy of every judged
+   input (PNG + JSON sidecar) and a manifest.
+2. :func:`run_judge` - the score-wise judgment (App. E, Fig. 11 prompt, :func:`~mmfragile.prompts.judge.score_prompt`)
+   of every condition, ``runs`` times, into a resumable :class:`~mmfragile.store.ResultStore`; raw output,
+   parsed score and - for an unparseable output - ``score = NaN``, ``status = "unparseable"`` and the
+   parser's reason in ``parse_error`` (counted in the returned :class:`JudgeRunReport`, never defaulted).
+3. :func:`run_pairwise` - the pairwise judgment (Fig. 12 prompt) for position bias (:func:`position_pairs`,
+   swap-and-check) and verbosity bias (:func:`verbosity_pairs`, balanced positions), App. H.
+4. Self-enhancement (Sec. 4.3, App. H: "auditing the logs from our main experiments" - i.e. *pointwise*
+   scores grouped by the model that wrote the response): :func:`generate_responses` has each generator
+   (the judge itself and other models) answer the unbiased queries, :func:`run_judge` scores them; the
+   ``generator`` column feeds :func:`mmfragile.metrics.judgebias.self_enhancement`.
+5. :func:`judgment_table`, :func:`position_table`, :func:`verbosity_table`, :func:`selfgen_table` turn the
+   stored rows into the tables of :mod:`mmfragile.metrics.judgebias`.
+
+What a *run* is
+---------------
+The paper performs "three experimental runs ... given the intrinsic consistency issue of MLLMs" (Table 2
+caption) with each model's default ``temperature``/``top_p`` (Sec. 4.1): a run re-executes the *same*
+judgment on the *same* (fixed) biased and unbiased triplets, and the inter-run variance measures
+execution-level stochasticity ("execution-level stochasticity and sample-level differentiation are
+distinct phenomena", Sec. 4.2). Greedy decoding would make all runs identical (inter-run variance 0 - as
+the paper reports for LLaVA-Critic, whose default decoding is greedy). So here run ``r`` is **seeded
+sampled decoding** (``decoding="sample"``, default ``temperature=0.7, top_p=0.9``: SmolLM2's GGUF ships no
+sampling defaults, so we use common open-model chat defaults). The sample of each judgment is drawn with a
+per-judgment random stream seeded by ``(seed, judge, sample_id, condition, prompt variant, run)``
+(:func:`judgment_seed`) via the Gumbel-max trick, so a judgment's text does not depend on the batch it
+ran in or on the order of a resumed run: rerunning reproduces it exactly. The perturbed inputs are built
+once (one perturbation ``seed``) and shared by all runs, as the benchmark's triplets are. ``decoding=
+"greedy"`` is available for deterministic judges (every run then repeats run 0).
+
+Which conditions a sample takes
+-------------------------------
+As in the benchmark, image samples take the eight image perturbations and text-only samples only
+Unnecessary-Image (App. C.4: the text-only subset exists for that bias type). A text-only judge (e.g.
+``smollm2``) cannot read an image: conditions with images are skipped for it (counted in the report,
+not stored), so it judges only the unbiased text-only items.
+
+Stand-ins for the paper's model-dependent steps (all recorded in the audit sidecars): Detail-Description
+captions come from the synthetic scene's ground-truth facts (:func:`scene_captioner`) unless a
+``captioner`` is given - an accurate, aligned description as the paper intends (GPT-5.1 captions);
+captioning with the embedded VLM would describe noise, its vision tower being random. Texture-Insertion
+keywords use :func:`~mmfragile.perturbations.heuristic_keyword`; Unnecessary-Image uses no relevance
+filter (the synthetic arithmetic/word items and shape scenes are unrelated by construction).
+"""
+from __future__ import annotations
+
+import json
+import re
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from ..metrics.judgebias import PERTURBATIONS
+from ..models.base import MLLM, Prompt
+from ..perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_perturbation, image_sha256,
+                             save_perturbed)
+from ..prompts.judge import (SCORE_VARIANTS, ScoreParseError, pairwise_prompt, parse_pairwise, parse_score,
+                             parse_score_or_na, score_prompt)
+from ..store import ResultStore
+
+__all__ = [
+    "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "DATASET", "SELFGEN_DATASET", "EXPERIMENTS",
+    "applicable", "scene_description", "scene_captioner", "build_judge_conditions", "judgment_seed",
+    "sampled_generate", "JudgeRunReport", "parse_prompt_variant", "run_judge",
+    "PairItem", "position_pairs", "verbosity_pairs", "make_verbose", "alternative_response", "run_pairwise",
+    "generate_responses", "selfgen_samples", "open_stores", "store_config",
+    "judgment_table", "position_table", "verbosity_table", "selfgen_table", "parse_failure_table",
+]
+
+#: Judge output budget. The paper allows 16384 tokens (Sec. 4.1); on CPU we cap it. SmolLM2 usually writes
+#: its "Score: N" within ~60 tokens when it writes one at all; a truncated output without a score is
+#: recorded as unparseable.
+DEFAULT_MAX_NEW_TOKENS = 80
+DEFAULT_TEMPERATURE = 0.7
+DEFAULT_TOP_P = 0.9
+#: ``dataset`` key of the main judgments (the synthetic set's samples carry it in ``meta["dataset"]``).
+DATASET = "synthetic-judge"
+#: ``dataset`` key of the self-enhancement judgments (responses written by generator models).
+SELFGEN_DATASET_SUFFIX = "-selfgen"
+SELFGEN_DATASET = DATASET + SELFGEN_DATASET_SUFFIX
+EXPERIMENTS = ("position", "verbosity")
+_IMAGE_FREE_PERTURBATIONS = ("unnecessary_image",)
+
+
+# ---------------------------------------------------------------------------------------------- conditions
+def applicable(perturbation: str, sample: JudgeSample) -> bool:
+    """Whether the benchmark pairs ``sample`` with ``perturbation``: Unnecessary-Image for text-only
+    samples, the other eight for samples with an image; ``"original"`` for every sample."""
+    if perturbation == UNPERTURBED:
+        return True
+    if perturbation in _IMAGE_FREE_PERTURBATIONS:
+        return sample.is_text_only
+    return not sample.is_text_only
+
+
+_ROWS = ("top", "middle", "bottom")
+_COLS = ("left", "centre", "right")
+
+
+def scene_description(meta: Mapping[str, Any], size: tuple[int, int]) -> str:
+    """A detailed, accurate description of a synthetic scene from its ground-truth facts
+    (:func:`mmfragile.data.judge_synthetic.make_judge_set` metadata): background and every shape with
+    colour and position (3x3 grid), in drawing order."""
+    objs = list(meta.get("objects") or [])
+    if not objs:
+        raise PerturbationError("scene_description: the sample has no scene facts (meta['objects'])")
+    w, h = size
+    parts = []
+    for o in objs:
+        cx, cy = o["center"]
+        r = _ROWS[min(2, max(0, int(cy / (h / 3))))]
+        c = _COLS[min(2, max(0, int(cx / (w / 3))))]
+        where = "the centre" if (r, c) == ("middle", "centre") else f"the {r} {c}"
+        parts.append(f"a {o['color']} {o['shape']} in {where}")
+    listing = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    n = len(objs)
+    return (f"The image shows {n} coloured shape{'s' if n != 1 else ''} on a plain {meta.get('background', 'plain')} "
+            f"background: {listing}. There is no text in the image.")
+
+
+def scene_captioner(sample: JudgeSample) -> Callable:
+    """``captioner(image) -> str`` for :func:`~mmfragile.perturbations.detail_description` that describes
+    ``sample``'s synthetic scene from its facts (the image only supplies the size)."""
+
+    def caption(img) -> str:
+        return scene_description(sample.meta, img.size)
+
+    caption.__name__ = "scene_facts_captioner"
+    return caption
+
+
+def _dataset(sample: JudgeSample) -> str:
+    return str(sample.meta.get("dataset") or DATASET)
+
+
+def build_judge_conditions(samples: Sequence[JudgeSample], perturbations: Iterable[str] = PERTURBATIONS,
+                           seed: int = 0, out_dir: str | Path | None = None, captioner: Callable | None = None, *,
+                           keyword_extractor: Callable | None = None, relevance_checker: Callable | None = None,
+                           pool: Sequence[JudgeSample] | None = None) -> list[tuple[str, JudgeSample]]:
+    """``[(condition, sample), ...]``: ``("original", s)`` for every sample, then every applicable
+    perturbation (:func:`applicable`) of every sample, in the order of ``perturbations``.
+
+    ``seed`` fixes every random draw (donors, visual operations, text source), ``pool`` (default
+    ``samples``) supplies the misalignment / unnecessary-image donors. ``captioner(image) -> str`` is used
+    for Detail-Description; without one, :func:`scene_captioner` describes synthetic scenes from their facts
+    (a sample without facts then raises). A :class:`~mmfragile.perturbations.PerturbationError` on an
+    applicable pair (e.g. no donor) skips that pair with a warning and a ``status: "error"`` manifest line.
+
+    With ``out_dir`` every judged input is written for audit by
+    :func:`~mmfragile.perturbations.save_perturbed` to ``out_dir/<condition>/<sample_id>__<condition>.{png,json}``
+    and listed in ``out_dir/manifest.jsonl`` (condition, sample_id, json path, status, reason).
+    """
+    perts = [p for p in dict.fromkeys(str(p) for p in perturbations) if p != UNPERTURBED]
+    unknown = [p for p in perts if p not in PERTURBATIONS]
+    if unknown:
+        raise KeyError(f"unknown perturbation(s) {unknown}; known: {list(PERTURBATIONS)}")
+    ids = [s.sample_id for s in samples]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"build_judge_conditions: duplicate sample_id(s) {dup[:5]}")
+    pool = list(samples if pool is None else pool)
+    out: list[tuple[str, JudgeSample]] = []
+    manifest: list[dict] = []
+    root = Path(out_dir) if out_dir is not None else None
+
+    def record(cond: str, s: JudgeSample, status: str = "ok", reason: str = "") -> None:
+        entry = {"condition": cond, "sample_id": s.sample_id, "status": status, "reason": reason}
+        if root is not None and status == "ok":
+            path = save_perturbed(s, root / cond)
+            entry["file"] = str(path.relative_to(root))
+        manifest.append(entry)
+
+    for s in samples:
+        o = apply_perturbation(UNPERTURBED, s)
+        out.append((UNPERTURBED, o))
+        record(UNPERTURBED, o)
+    for p in perts:
+        for s in samples:
+            if not applicable(p, s):
+                continue
+            opts: dict[str, Any] = {}
+            if p == "detail_description":
+                opts["captioner"] = captioner if captioner is not None else scene_captioner(s)
+            elif p == "texture_insertion" and keyword_extractor is not None:
+                opts["keyword_extractor"] = keyword_extractor
+            elif p == "unnecessary_image" and relevance_checker is not None:
+                opts["relevance_checker"] = relevance_checker
+            try:
+                b = apply_perturbation(p, s, pool, seed, **opts)
+            except PerturbationError as e:
+                warnings.warn(f"build_judge_conditions: {p} skipped for {s.sample_id!r}: {e}")
+                record(p, s, "error", str(e))
+                continue
+            out.append((p, b))
+            record(p, b)
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+        with open(root / "manifest.jsonl", "w", encoding="utf-8") as f:
+            for m in manifest:
+                f.write(json.dumps({"seed": int(seed), **m}, ensure_ascii=False) + "\n")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+def judgment_seed(seed: int, *parts: Any) -> int:
+    """A 63-bit seed for one judgment from the run seed and its identifying parts (judge, sample id,
+    condition, prompt variant, run ...): independent of batching and processing order."""
+    words = [int(seed)] + [zlib.crc32(str(p).encode("utf-8")) for p in parts]
+    return int(np.random.SeedSequence(words).generate_state(1, dtype=np.uint64)[0]) & ((1 << 63) - 1)
+
+
+class _SeededGumbelSampler:
+    """Logits processor that turns greedy decoding into sampling from ``softmax(logits / T)`` restricted
+    to the top-``p`` nucleus, with one independent random stream per batch row (Gumbel-max trick:
+    ``argmax(l_i + G_i)`` with ``G_i ~ Gumbel(0, 1)`` is a sample from ``softmax(l)``)."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        self.gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.t = float(temperature)
+        self.top_p = float(top_p)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        s = scores.float() / self.t
+        if self.top_p < 1.0:
+            srt, idx = torch.sort(s, dim=-1, descending=True)
+            p = torch.softmax(srt, dim=-1)
+            drop_sorted = (torch.cumsum(p, dim=-1) - p) > self.top_p  # keep the smallest set with mass >= top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
+            s = s.masked_fill(drop, float("-inf"))
+        v = s.shape[-1]
+        u = torch.stack([torch.rand(v, generator=g) for g in self.gens]).to(s.device)
+        gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
+        return s + gumbel
+
+
+def sampled_generate(judge: MLLM, prompts: Sequence[Prompt], max_new_tokens: int, seeds: Sequence[int],
+                     temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P) -> list[str]:
+    """Seeded sampled decoding: prompt ``i`` is continued by sampling with its own stream ``seeds[i]``.
+
+    :class:`~mmfragile.models.hf.HFModel` judges sample through a Gumbel-max logits processor on top of
+    their greedy ``generate`` path (same rendering, padding and decoding as :meth:`HFModel.generate`), so
+    the text of a prompt depends only on its seed, not on its batch. Other backends must provide
+    ``generate_sampled(prompts, max_new_tokens, seeds, temperature, top_p)``.
+    """
+    if len(seeds) != len(prompts):
+        raise ValueError("sampled_generate: one seed per prompt")
+    if hasattr(judge, "generate_sampled"):
+        return list(judge.generate_sampled(prompts, max_new_tokens, list(seeds), temperature, top_p))
+    from transformers import LogitsProcessorList
+
+    from ..models.hf import HFModel
+
+    if not isinstance(judge, HFModel):
+        raise TypeError(f"{getattr(judge, 'name', judge)!r} cannot sample with a seed (no generate_sampled); "
+                        f"use decoding='greedy'")
+    out: list[str] = []
+    with torch.inference_mode():
+        for sl in judge._batches(len(prompts)):
+            enc = judge._to_device(judge.encode(prompts[sl]))
+            proc = LogitsProcessorList([_SeededGumbelSampler(seeds[sl], temperature, top_p)])
+            gen = judge.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                       logits_processor=proc, pad_token_id=judge.tokenizer.pad_token_id,
+                                       temperature=None, top_p=None, top_k=None)
+            out += judge.tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return out
+
+
+def _generate(judge: MLLM, prompts: list[Prompt], max_new_tokens: int, seeds: list[int], decoding: str,
+              temperature: float, top_p: float) -> list[str]:
+    if decoding == "greedy":
+        return list(judge.generate(prompts, max_new_tokens=max_new_tokens))
+    return sampled_generate(judge, prompts, max_new_tokens, seeds, temperature, top_p)
+
+
+def _check_decoding(decoding: str, runs: int) -> None:
+    if decoding not in ("greedy", "sample"):
+        raise ValueError(f"decoding must be 'greedy' or 'sample', got {decoding!r}")
+    if int(runs) < 1:
+        raise ValueError(f"runs must be >= 1, got {runs}")
+    if decoding == "greedy" and runs > 1:
+        warnings.warn("greedy decoding is deterministic: every run repeats run 0 (inter-run variance 0); "
+                      "use decoding='sample' for runs in the paper's sense")
+
+
+# ---------------------------------------------------------------------------------------------- scoring
+@dataclass
+class JudgeRunReport:
+    """What a :func:`run_judge` / :func:`run_pairwise` call did, and the parse outcome of all stored rows of
+    this judge (and prompt variant / experiments) in the store."""
+
+    judge: str
+    variant: str
+    n_rows: int = 0            # stored rows of this judge/variant (old + new)
+    n_new: int = 0             # rows written by this call
+    n_ok: int = 0
+    n_unparseable: int = 0
+    n_abstained: int = 0
+    n_skipped: int = 0         # conditions the judge cannot take (images for a text-only judge)
+    skipped: list = field(default_factory=list)
+
+    @property
+    def parse_failure_rate(self) -> float:
+        return self.n_unparseable / self.n_rows if self.n_rows else float("nan")
+
+    def __str__(self) -> str:
+        return (f"{self.judge} [{self.variant}]: {self.n_rows} rows ({self.n_new} new), {self.n_ok} parsed, "
+                f"{self.n_unparseable} unparseable ({self.parse_failure_rate:.1%}), {self.n_abstained} N/A, "
+                f"{self.n_skipped} skipped")
+
+
+def parse_prompt_variant(variant: str) -> tuple[str, bool]:
+    """``"original"``, ``"score_guide"``, ``"constraints"``, ``"reasoning"`` (Tables 4/16), ``"na"``
+    (= original with the N/A option, Table 3) or ``"<variant>+na"`` -> (score-prompt variant, allow_na)."""
+    v = str(variant)
+    if v == "na":
+        return "original", True
+    base, plus, tail = v.partition("+")
+    if plus and tail != "na":
+        raise ValueError(f"prompt variant {variant!r}: only '+na' may be appended")
+    if base not in SCORE_VARIANTS:
+        raise ValueError(f"unknown prompt variant {variant!r}; choose from {SCORE_VARIANTS}, 'na' or '<v>+na'")
+    return base, bool(plus)
+
+
+def _can_take(judge: MLLM, n_images: int) -> bool:
+    return n_images == 0 or bool(getattr(judge, "supports_images", True))
+
+
+def _flush(store: ResultStore, buffer: list[dict]) -> int:
+    n = store.append(buffer)
+    buffer.clear()
+    return n
+
+
+def _score_row(raw: str, allow_na: bool) -> dict[str, Any]:
+    try:
+        v = parse_score_or_na(raw) if allow_na else parse_score(raw)
+    except ScoreParseError as e:
+        return {"score": float("nan"), "status": "unparseable", "parse_error": e.reason}
+    if v is None:
+        return {"score": float("nan"), "status": "na", "parse_error": ""}
+    return {"score": float(v), "status": "ok", "parse_error": ""}
+
+
+def run_judge(judge: MLLM, conditions: Sequence[tuple[str, JudgeSample]], store: ResultStore, runs: int = 1,
+              variant: str = "original", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *,
+              decoding: str = "sample", temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
+              seed: int = 0, batch_size: int = 8, flush_every: int = 32, progress: bool = True,
+              stop_after: int | None = None) -> JudgeRunReport:
+    """Score-wise judgment of every ``(condition, sample)`` for runs ``0 .. runs-1`` into ``store``.
+
+    Store key: ``model = judge.name``, ``dataset`` (``sample.meta["dataset"]``), ``question_id =
+    sample_id``, ``variant = f"{condition}|run{r}|{variant}"``; rows already stored are skipped (resume).
+    Other columns: ``judge, sample_id, perturbation, run, prompt_variant, allow_na, generator, kind,
+    modality, gold_score, n_images, query, response, raw_output, score, status, parse_error, decoding,
+    temperature, top_p, sample_seed, max_new_tokens``. ``status`` is ``ok`` / ``unparseable`` (score NaN,
+    ``parse_error`` holds the reason) / ``na`` (abstained; only with an N/A prompt variant). See the module
+    docstring for ``decoding`` and what a run is. ``stop_after`` ends after that many new rows (tests).
+    """
+    _check_decoding(decoding, runs)
+    base_variant, allow_na = parse_prompt_variant(variant)
+    name = judge.name
+    report = JudgeRunReport(judge=name, variant=variant)
+    todo: list[tuple[str, JudgeSample, int, dict]] = []
+    for cond, s in conditions:
+        if not _can_take(judge, len(s.images)):
+            report.skipped.append((cond, s.sample_id, "text-only judge; the input has an image"))
+            continue
+        for r in range(int(runs)):
+            key = {"model": name, "dataset": _dataset(s), "question_id": s.sample_id,
+                   "variant": f"{cond}|run{r}|{variant}"}
+            if not store.is_done(key):
+                todo.append((cond, s, r, key))
+    report.n_skipped = len(report.skipped)
+    if report.skipped:
+        warnings.warn(f"run_judge: {name} cannot read images; {report.n_skipped} judgment(s) with images skipped")
+    # similar lengths together: less padding per batch (results do not depend on the batching)
+    todo.sort(key=lambda t: (len(t[1].images), len(t[1].query) + len(t[1].response)))
+    buffer: list[dict] = []
+    bar = tqdm(total=len(todo), desc=f"{name} [{variant}]", disable=not progress, unit="judgment")
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start:start + batch_size]
+        prompts = [score_prompt(s.query, s.response, s.images, variant=base_variant, allow_na=allow_na)
+                   for _, s, _, _ in chunk]
+        seeds = [judgment_seed(seed, name, s.sample_id, cond, variant, r) for cond, s, r, _ in chunk]
+        raws = _generate(judge, prompts, max_new_tokens, seeds, decoding, temperature, top_p)
+        for (cond, s, r, key), raw, sd in zip(chunk, raws, seeds):
+            buffer.append({
+                **key, "judge": name, "sample_id": s.sample_id, "perturbation": cond, "run": r,
+                "prompt_variant": variant, "allow_na": allow_na,
+                "generator": str(s.meta.get("generator", "reference")), "kind": str(s.meta.get("kind", "")),
+                "modality": "text" if s.is_text_only else "image",
+                "gold_score": float("nan") if s.gold_score is None else float(s.gold_score),
+                "n_images": len(s.images), "query": s.query, "response": s.response, "raw_output": raw,
+                **_score_row(raw, allow_na), "decoding": decoding,
+                "temperature": float(temperature) if decoding == "sample" else float("nan"),
+                "top_p": float(top_p) if decoding == "sample" else float("nan"),
+                "sample_seed": str(sd) if decoding == "sample" else "", "max_new_tokens": int(max_new_tokens),
+            })
+        bar.update(len(chunk))
+        if len(buffer) >= flush_every:
+            report.n_new += _flush(store, buffer)
+        if stop_after is not None and report.n_new + len(buffer) >= stop_after:
+            break
+    report.n_new += _flush(store, buffer)
+    bar.close()
+    rows = store.read()
+    if not rows.empty:
+        datasets = {_dataset(s) for _, s in conditions}
+        rows = rows[(rows["model"] == name) & (rows["prompt_variant"] == variant) & rows["dataset"].isin(datasets)]
+        if "experiment" in rows.columns:
+            rows = rows[rows["experiment"].isna()]
+        report.n_rows = len(rows)
+        report.n_ok = int((rows["status"] == "ok").sum())
+        report.n_unparseable = int((rows["status"] == "unparseable").sum())
+        report.n_abstained = int((rows["status"] == "na").sum())
+    return report
+
+
+# ---------------------------------------------------------------------------------------------- pairwise
+@dataclass
+class PairItem:
+    """One pairwise judgment (Fig. 12 prompt): ``query`` + ``images`` and two candidates shown as A and B.
+
+    ``experiment``: ``"position"`` (``info["swapped"]``: False = (R1, R2), True = (R2, R1)) or
+    ``"verbosity"`` (``info["verbose_position"]``: ``"A"``/``"B"``). ``order`` names the presentation
+    (``"AB"``/``"BA"``) and is part of the store key."""
+
+    experiment: str
+    sample_id: str
+    order: str
+    query: str
+    images: list
+    response_a: str
+    response_b: str
+    dataset: str = DATASET
+    info: dict = field(default_factory=dict)
+
+
+def alternative_response(sample: JudgeSample) -> str:
+    """A second high-quality response with the same content as a correct synthetic response (position
+    bias needs "two high-quality responses", App. H): the answer restated from the scene facts."""
+    m = sample.meta
+    qt = m.get("question_type")
+    if qt == "count":
+        k = int(m["count"])
+        return f"I count {k} {m['target_color']} {m['target_shape']}{'s' if k != 1 else ''}. So the answer is {k}."
+    if qt == "color":
+        return f"The colour of the {m['target_shape']} is {m['target_color']}."
+    if qt == "shape":
+        return f"It is a {m['target_shape']}: the {m['target_color']} object has the shape of a {m['target_shape']}."
+    return f"Answer: {sample.response}"
+
+
+def position_pairs(samples: Sequence[JudgeSample], second: Callable[[JudgeSample], str] = alternative_response,
+                   kinds: Sequence[str] | None = ("good",)) -> list[PairItem]:
+    """Swap-and-check pairs (App. H, position bias): for every sample (of ``kinds`` in ``meta["kind"]``;
+    None = all) its response R1 and ``second(sample)`` R2, once as (A=R1, B=R2), once as (A=R2, B=R1)."""
+    out = []
+    for s in samples:
+        if kinds is not None and s.meta.get("kind") not in kinds:
+            continue
+        r1, r2 = s.response, second(s)
+        for swapped in (False, True):
+            a, b = (r2, r1) if swapped else (r1, r2)
+            out.append(PairItem("position", s.sample_id, "BA" if swapped else "AB", s.query, list(s.images), a, b,
+                                _dataset(s), {"swapped": swapped}))
+    return out
+
+
+_VERBOSE_PREFIX = (
+    "Thank you for the question.",
+    "Let me look at this carefully before answering.",
+    "I have examined the provided input closely to make sure my answer is accurate.",
+    "This is a good question, and it can be answered directly.",
+)
+_VERBOSE_SUFFIX = (
+    "I hope this answer is helpful.",
+    "To restate the answer clearly: {response}",
+    "This conclusion follows directly from the information provided.",
+    "Please let me know if you need any further clarification.",
+    "In summary, the answer above addresses the question as asked.",
+)
+
+
+def make_verbose(response: str, seed: int = 0, key: str = "") -> str:
+    """A semantically equivalent but longer response (App. H: "redundant or filler sentences that preserve
+    the original semantic content"; the paper writes them by hand): two filler sentences before and two
+    after ``response`` (one may restate it), drawn with ``seed`` and ``key``."""
+    rng = np.random.default_rng(judgment_seed(seed, "verbose", key))
+    pre = [_VERBOSE_PREFIX[i] for i in sorted(rng.choice(len(_VERBOSE_PREFIX), 2, replace=False))]
+    post = [_VERBOSE_SUFFIX[i].format(response=response.strip()) for i in
+            sorted(rng.choice(len(_VERBOSE_SUFFIX), 2, replace=False))]
+    return " ".join(pre + [response.strip()] + post)
+
+
+def verbosity_pairs(samples: Sequence[JudgeSample], seed: int = 0, kinds: Sequence[str] | None = ("good",),
+                    verbose: Callable[[str, int, str], str] = make_verbose) -> list[PairItem]:
+    """Balanced verbosity pairs (App. H): original vs ``verbose(response, seed, sample_id)``, with the
+    verbose response once in position B (order ``"AB"``: original first) and once in position A."""
+    out = []
+    for s in samples:
+        if kinds is not None and s.meta.get("kind") not in kinds:
+            continue
+        v = verbose(s.response, seed, s.sample_id)
+        out.append(PairItem("verbosity", s.sample_id, "AB", s.query, list(s.images), s.response, v, _dataset(s),
+                            {"verbose_position": "B", "verbose_response": v}))
+        out.append(PairItem("verbosity", s.sample_id, "BA", s.query, list(s.images), v, s.response, _dataset(s),
+                            {"verbose_position": "A", "verbose_response": v}))
+    return out
+
+
+def _choice_row(raw: str) -> dict[str, Any]:
+    try:
+        return {"choice": parse_pairwise(raw), "status": "ok", "parse_error": ""}
+    except ScoreParseError as e:
+        return {"choice": None, "status": "unparseable", "parse_error": e.reason}
+
+
+def run_pairwise(judge: MLLM, pairs: Sequence[PairItem], store: ResultStore, runs: int = 1,
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *, decoding: str = "sample",
+                 temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P, seed: int = 0,
+                 batch_size: int = 8, flush_every: int = 32, progress: bool = True) -> JudgeRunReport:
+    """Pairwise judgments of ``pairs`` for runs ``0 .. runs-1`` into ``store``.
+
+    Key: ``model, dataset, question_id = sample_id, variant = f"{experiment}|{order}|run{r}"``. Columns:
+    ``judge, sample_id, experiment, order, run, swapped, verbose_position, response_a, response_b,
+    raw_output, choice`` (``"A"``/``"B"``, None when unparseable), ``status``, ``parse_error`` and the
+    decoding columns of :func:`run_judge`.
+    """
+    _check_decoding(decoding, runs)
+    name = judge.name
+    report = JudgeRunReport(judge=name, variant="pairwise")
+    todo = []
+    for it in pairs:
+        if it.experiment not in EXPERIMENTS:
+            raise ValueError(f"unknown pairwise experiment {it.experiment!r}; choose from {EXPERIMENTS}")
+        if not _can_take(judge, len(it.images)):
+            report.skipped.append((it.experiment, it.sample_id, "text-only judge; the input has an image"))
+            continue
+        for r in range(int(runs)):
+            key = {"model": name, "dataset": it.dataset, "question_id": it.sample_id,
+                   "variant": f"{it.experiment}|{it.order}|run{r}"}
+            if not store.is_done(key):
+                todo.append((it, r, key))
+    report.n_skipped = len(report.skipped)
+    buffer: list[dict] = []
+    bar = tqdm(total=len(todo), desc=f"{name} [pairwise]", disable=not progress, unit="judgment")
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start:start + batch_size]
+        prompts = [pairwise_prompt(it.query, it.response_a, it.response_b, it.images) for it, _, _ in chunk]
+        seeds = [judgment_seed(seed, name, it.sample_id, it.experiment, it.order, r) for it, r, _ in chunk]
+        raws = _generate(judge, prompts, max_new_tokens, seeds, decoding, temperature, top_p)
+        for (it, r, key), raw, sd in zip(chunk, raws, seeds):
+            buffer.append({
+                **key, "judge": name, "sample_id": it.sample_id, "experiment": it.experiment, "order": it.order,
+                "run": r, "swapped": bool(it.info.get("swapped", False)),
+                "verbose_position": it.info.get("verbose_position"), "n_images": len(it.images),
+                "response_a": it.response_a, "response_b": it.response_b, "raw_output": raw, **_choice_row(raw),
+                "decoding": decoding, "temperature": float(temperature) if decoding == "sample" else float("nan"),
+                "top_p": float(top_p) if decoding == "sample" else float("nan"),
+                "sample_seed": str(sd) if decoding == "sample" else "", "max_new_tokens": int(max_new_tokens),
+            })
+        bar.update(len(chunk))
+        if len(buffer) >= flush_every:
+            report.n_new += _flush(store, buffer)
+    report.n_new += _flush(store, buffer)
+    bar.close()
+    rows = store.read()
+    if not rows.empty and "experiment" in rows.columns:
+        rows = rows[(rows["model"] == name) & rows["experiment"].notna()]
+        report.n_rows = len(rows)
+        report.n_ok = int((rows["status"] == "ok").sum())
+        report.n_unparseable = int((rows["status"] == "unparseable").sum())
+    return report
+
+
+# ---------------------------------------------------------------------------------------------- self-enhancement
+def selfgen_samples(samples: Sequence[JudgeSample]) -> list[JudgeSample]:
+    """One unbiased sample per source item (``meta["item_id"]``; the first one seen), the queries every
+    generator answers for the self-enhancement analysis."""
+    seen, out = set(), []
+    for s in samples:
+        item = str(s.meta.get("item_id", s.sample_id))
+        if item not in seen:
+            seen.add(item)
+            out.append(s)
+    return out
+
+
+def _safe(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._@-]+", "_", str(s))
+
+
+def generate_responses(generator: MLLM, samples: Sequence[JudgeSample], *, name: str | None = None,
+                       max_new_tokens: int = 48, cache_file: str | Path | None = None) -> list[JudgeSample]:
+    """Responses of ``generator`` (greedy, the query as the whole user turn, images attached) to one sample
+    per item (:func:`selfgen_samples`), as new unbiased samples ``<item_id>@<name>`` with
+    ``meta["generator"] = name`` (default ``generator.name``) and ``meta["dataset"] = <dataset>-selfgen``;
+    ``gold_score`` None. A text-only generator answers only the text-only items. With ``cache_file`` (JSONL)
+    responses are read back instead of regenerated."""
+    name = name or generator.name
+    items = [s for s in selfgen_samples(samples) if _can_take(generator, len(s.images))]
+    cached: dict[str, str] = {}
+    if cache_file is not None and Path(cache_file).exists():
+        for line in Path(cache_file).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                cached[rec["item_id"]] = rec["response"]
+    missing = [s for s in items if str(s.meta.get("item_id", s.sample_id)) not in cached]
+    if missing:
+        outs = generator.generate([Prompt(text=s.query, images=list(s.images)) for s in missing],
+                                  max_new_tokens=max_new_tokens)
+        for s, o in zip(missing, outs):
+            cached[str(s.meta.get("item_id", s.sample_id))] = o.strip()
+        if cache_file is not None:
+            Path(cache_file).parent.mkdir(parents=True, exist_ok=True)
+            with open(cache_file, "w", encoding="utf-8") as f:
+                for k, v in cached.items():
+                    f.write(json.dumps({"item_id": k, "generator": name, "response": v}, ensure_ascii=False) + "\n")
+    out = []
+    for s in items:
+        item = str(s.meta.get("item_id", s.sample_id))
+        g = s.copy()
+        g.sample_id = f"{item}@{_safe(name)}"
+        g.response = cached[item]
+        g.gold_score = None
+        g.meta.update(generator=name, dataset=_dataset(s) + SELFGEN_DATASET_SUFFIX, kind="generated",
+                      perturbation=UNPERTURBED, source_sample=s.sample_id)
+        out.append(g)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- stores, tables
+def store_config(**extra: Any) -> dict[str, Any]:
+    """The configuration a results folder is created with (checked on resume by :class:`ResultStore`)."""
+    return {"study": "judgebias", **extra}
+
+
+def open_stores(results_dir: str | Path, config: Mapping[str, Any] | None = None) -> tuple[ResultStore, ResultStore]:
+    """(score store, pairwise store) under ``results_dir/scores`` and ``results_dir/pairwise``."""
+    root = Path(results_dir)
+    cfg = dict(config) if config is not None else None
+    return (ResultStore(root / "scores", None if cfg is None else {**cfg, "kind": "scores"}),
+            ResultStore(root / "pairwise", None if cfg is None else {**cfg, "kind": "pairwise"}))
+
+
+def _rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
+    return rows.read() if isinstance(rows, ResultStore) else rows
+
+
+def judgment_table(rows: pd.DataFrame | ResultStore, prompt_variant: str | None = "original", *,
+                   dataset: str | None = DATASET, label_variant: bool = False) -> pd.DataFrame:
+    """Stored score rows -> the judgment table of :mod:`mmfragile.metrics.judgebias` (``judge, sample_id,
+    perturbation, run, score, status`` + ``prompt_variant, generator, kind, modality, gold_score``).
+
+    ``prompt_variant`` filters one prompt variant (None: all - then use ``label_variant=True``, which makes
+    ``judge`` = ``"<judge> [<variant>]"``, so the variants do not collide). ``dataset`` filters the main
+    judgments (None: all datasets, e.g. with the self-enhancement rows)."""
+    d = _rows(rows)
+    if d.empty:
+        return pd.DataFrame(columns=["judge", "sample_id", "perturbation", "run", "score", "status"])
+    if "experiment" in d.columns:
+        d = d[d["experiment"].isna()]
+    if prompt_variant is not None:
+        d = d[d["prompt_variant"] == prompt_variant]
+    if dataset is not None:
+        d = d[d["dataset"] == dataset]
+    d = d.copy()
+    if label_variant:
+        d["judge"] = d["judge"] + " [" + d["prompt_variant"] + "]"
+    cols = ["judge", "sample_id", "perturbation", "run", "score", "status", "prompt_variant", "generator", "kind",
+            "modality", "gold_score", "parse_error"]
+    d["run"] = d["run"].astype(int)
+    return d[cols].reset_index(drop=True)
+
+
+def selfgen_table(rows: pd.DataFrame | ResultStore, prompt_variant: str = "original") -> pd.DataFrame:
+    """The self-enhancement judgments (datasets ending in ``-selfgen``) with their ``generator`` column,
+    for :func:`~mmfragile.metrics.judgebias.self_enhancement` / ``score_by_generator``."""
+    d = judgment_table(rows, prompt_variant, dataset=None)
+    if d.empty:
+        return d
+    full = _rows(rows)
+    sg = set(full.loc[full["dataset"].astype(str).str.endswith(SELFGEN_DATASET_SUFFIX), "question_id"])
+    return d[d["sample_id"].isin(sg)].reset_index(drop=True)
+
+
+def _pair_rows(rows: pd.DataFrame | ResultStore, experiment: str) -> pd.DataFrame:
+    d = _rows(rows)
+    if d.empty or "experiment" not in d.columns:
+        return pd.DataFrame(columns=["judge", "sample_id", "run", "choice", "status"])
+    d = d[d["experiment"] == experiment].copy()
+    d["choice"] = d["choice"].where(d["status"] == "ok", None)
+    d["run"] = d["run"].astype(int)
+    return d
+
+
+def position_table(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
+    """Position-bias rows (``judge, sample_id, run, swapped, choice``) for
+    :func:`~mmfragile.metrics.judgebias.position_consistency`."""
+    d = _pair_rows(rows, "position")
+    return d.reindex(columns=["judge", "sample_id", "run", "swapped", "choice", "status"]).reset_index(drop=True)
+
+
+def verbosity_table(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
+    """Verbosity rows for :func:`~mmfragile.metrics.judgebias.verbosity_robustness`. The metric takes one
+    judgment per (sample, verbose position); with several runs each run is its own pseudo-sample
+    (``sample_id = "<id>|run<r>"``), so ``both_orders_original`` is per (sample, run)."""
+    d = _pair_rows(rows, "verbosity")
+    d = d.reindex(columns=["judge", "sample_id", "run", "verbose_position", "choice", "status"])
+    d["sample_id"] = d["sample_id"].astype(str) + "|run" + d["run"].astype(str)
+    return d.reset_index(drop=True)
+
+
+def parse_failure_table(rows: pd.DataFrame | ResultStore, by: Sequence[str] = ("judge", "perturbation")) -> pd.DataFrame:
+    """Share of unparseable judge outputs per group (score rows by perturbation; pairwise rows by
+    experiment when ``by`` names it), with counts and the most frequent parse-error reasons."""
+    d = _rows(rows)
+    if d.empty:
+        return pd.DataFrame()
+    by = [b for b in by if b in d.columns]
+    d = d.dropna(subset=by)
+    g = d.groupby(list(by), sort=False)
+    out = g.agg(n=("status", "size"), n_unparseable=("status", lambda s: int((s == "unparseable").sum())),
+                n_abstained=("status", lambda s: int((s == "na").sum())))
+    out["parse_failure_rate"] = out["n_unparseable"] / out["n"]
+    reasons = g["parse_error"].agg(lambda s: "; ".join(f"{k} ({v})" for k, v in
+                                                      s[s.astype(bool)].value_counts().head(2).items()))
+    out["top_reasons"] = reasons
+    return out.reset_index()
