@@ -43,7 +43,9 @@ def load_model(spec: str, **kwargs) -> MLLM:
 def figure_note(model_spec: str) -> str | None:
     """The footer every figure made with a random-weight embedded model carries."""
     name = model_spec.partition("@")[0]
-    if name in ("smollm2-vlm", "smollm2-vlm-hd", "tiny-vlm"):
+    if name == "tiny-vlm":
+        return "embedded tiny-vlm: RANDOM weights throughout (a test model, not a real VLM)"
+    if name in ("smollm2-vlm", "smollm2-vlm-hd"):
         return EMBEDDED_NOTE
     if name == "smollm2":
         return "embedded default: SmolLM2-135M-Instruct (text only)"

@@ -1,6 +1,6 @@
 """Execute parameterised notebooks with papermill over parameter grids.
 
-``run_grid("notebooks/30_format_bias_eval.ipynb", {"model": ["smollm2-vlm", "tiny-vlm"], "dataset": ["synthetic-vqa"]})``
+``run_grid("notebooks/30_format_bias_run.ipynb", {"model": ["smollm2-vlm", "tiny-vlm"], "dataset": ["synthetic-vqa"]})``
 runs the cartesian product, one executed notebook per combination under
 ``papermill_runs/<notebook stem>/<k1=v1,k2=v2>.ipynb``, with a progress bar. A pipeline file
 (``notebooks/pipeline.yaml``) lists the notebooks and grids that regenerate every figure.

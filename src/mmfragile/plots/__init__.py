@@ -1,1 +1,26 @@
-"""mmfragile."""
+"""Figures for the three studies (one module each) and the helpers they share."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # figures are written to files; notebooks still display the returned Figure
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+
+def stamp_note(fig: Figure, note: str | None) -> Figure:
+    """Write ``note`` (e.g. "random vision tower: not a real VLM") in small grey italics *below* everything
+    already drawn, so it never overlaps tick or axis labels; ``save_figure`` (tight bbox) keeps it in view."""
+    if not note:
+        return fig
+    fig.canvas.draw()
+    bottom = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()
+    fig.text(0.99, bottom - 0.01, note, ha="right", va="top", fontsize=7, color="#666666", style="italic")
+    return fig
+
+
+def save_figure(fig: Figure, path, dpi: int = 150) -> None:
+    """Write ``fig`` (PNG/PDF by extension) with a tight bounding box and close it."""
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)

@@ -19,8 +19,10 @@ from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from mmfragile.metrics.formatbias import (  # noqa: E402
+
     CONFIDENCE_BINS, DATASETS, FACTOR_LABELS, FACTORS, LEVEL_LABELS, LEVELS, METHOD_LABELS, MODELS,
 )
+from mmfragile.plots import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
 
 __all__ = [
     "plot_rank_distribution", "plot_deviation_heatmap", "plot_coverage_heatmap", "plot_lmm_coefficients",
@@ -35,10 +37,6 @@ NS_COLOR = "#9e9e9e"
 
 # ----------------------------------------------------------------------------------------- helpers
 
-def _stamp(fig: Figure, note: str | None) -> Figure:
-    if note:
-        fig.text(0.995, 0.004, note, ha="right", va="bottom", fontsize=7, color="#666666", style="italic")
-    return fig
 
 
 def _ordered(values: Sequence[str], preferred: Sequence[str]) -> list[str]:
@@ -58,10 +56,6 @@ def _grid(n: int, max_cols: int) -> tuple[int, int]:
     return int(np.ceil(n / ncols)), ncols
 
 
-def save_figure(fig: Figure, path, dpi: int = 150) -> None:
-    """Write ``fig`` (PNG/PDF by extension) and close it."""
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _factor_heatmaps(df: pd.DataFrame, value: str, panel_col: str, row_col: str, *, cmap, norm=None,
@@ -127,7 +121,7 @@ def _factor_heatmaps(df: pd.DataFrame, value: str, panel_col: str, row_col: str,
         cb.set_label(cbar_label, fontsize=9)
     if title:
         fig.suptitle(title, fontsize=12)
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 # ----------------------------------------------------------------------------------------- Fig. 3
@@ -175,7 +169,7 @@ def plot_rank_distribution(ranks: pd.DataFrame, note: str | None = None, include
         ax.set_visible(False)
     fig.suptitle("Model ranks across prompt formats", fontsize=12)
     fig.tight_layout()
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 # ----------------------------------------------------------------------------------------- Fig. 4 / 15
@@ -253,7 +247,7 @@ def plot_lmm_coefficients(lmm: pd.DataFrame, note: str | None = None, title: str
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     fig.tight_layout()
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 # ----------------------------------------------------------------------------------------- Fig. 7
@@ -294,7 +288,7 @@ def plot_confidence_bins(bin_scores: pd.DataFrame, note: str | None = None, titl
     fig.tight_layout(rect=(0, 0, 0.86, 1))
     fig.legend(handles, labels, title="Confidence under\nthe reference format", fontsize=8, title_fontsize=8,
                loc="center right", frameon=False)
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 # ----------------------------------------------------------------------------------------- Fig. 8
@@ -347,7 +341,7 @@ def plot_mitigation(agreement: pd.DataFrame, note: str | None = None, title: str
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     ax.set_title(title or "Ranking agreement with the 48-format pseudo GT", fontsize=11)
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 # ----------------------------------------------------------------------------------------- Figs. 10-14
@@ -408,4 +402,4 @@ def plot_selection_pattern(pattern: pd.DataFrame, note: str | None = None, title
         cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, pad=0.01, aspect=30)
         cb.set_label("Normalised answer frequency (cells in %)", fontsize=8)
     fig.suptitle(title or "Answer frequency per option position", fontsize=11)
-    return _stamp(fig, note)
+    return stamp_note(fig, note)

@@ -32,8 +32,10 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.transforms import offset_copy  # noqa: E402
 
 from mmfragile.metrics.judgebias import (  # noqa: E402
+
     AGGREGATE_COLUMNS, DIMENSION_OF, DIMENSIONS, METRIC_OF, PERTURBATIONS, SHORT_NAMES,
 )
+from mmfragile.plots import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
 
 __all__ = [
     "table2_frame", "save_table2_csv", "plot_table2_heatmap", "plot_bias_heatmap", "plot_bias_bars",
@@ -52,16 +54,8 @@ SCORE_CMAP = "RdYlGn"
 
 # ----------------------------------------------------------------------------------------- helpers
 
-def _stamp(fig: Figure, note: str | None) -> Figure:
-    if note:  # a figure-level label takes part in the constrained layout, so it never overlaps
-        fig.supxlabel(note, x=0.995, ha="right", fontsize=7, color="#666666", style="italic")
-    return fig
 
 
-def save_figure(fig: Figure, path, dpi: int = 150) -> None:
-    """Write ``fig`` (PNG/PDF by extension) and close it."""
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _wide(df: pd.DataFrame) -> pd.DataFrame:
@@ -224,7 +218,7 @@ def plot_table2_heatmap(table: pd.DataFrame, *, note: str | None = None, title: 
         if cats is None and add_mean:
             axv.axhline(n_rows - 1, color="black", lw=1.2)
     fig.suptitle(title or "MM-JudgeBias: reliability of MLLM judges (Table 2 layout)", fontsize=11.5, fontweight="bold")
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_bias_heatmap(scores: pd.DataFrame, *, note: str | None = None, title: str | None = None,
@@ -279,7 +273,7 @@ def plot_bias_bars(scores: pd.DataFrame, *, note: str | None = None, title: str 
         fig.legend(handles + dims, labels + [p.get_label() for p in dims], loc="outside right upper",
                    fontsize=8, frameon=False, title="Judge", title_fontsize=9)
     fig.suptitle(title or "Compositional bias per bias type", fontsize=11.5, fontweight="bold")
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_category_scores(table: pd.DataFrame, *, note: str | None = None, title: str | None = None,
@@ -309,7 +303,7 @@ def plot_category_scores(table: pd.DataFrame, *, note: str | None = None, title:
     ax.tick_params(axis="x", rotation=20 if len(t) > 4 else 0)
     sns.despine(ax=ax)
     fig.suptitle(title or "Category scores and overall reliability", fontsize=11.5, fontweight="bold", y=1.06)
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_setting_comparison(settings: pd.DataFrame, *, note: str | None = None, title: str | None = None,
@@ -341,7 +335,7 @@ def plot_setting_comparison(settings: pd.DataFrame, *, note: str | None = None, 
     axes[0, -1].legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(title or "Prompt settings: category scores and overall reliability", fontsize=11.5,
                  fontweight="bold")
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_variance(variances: pd.DataFrame, *, note: str | None = None, title: str | None = None) -> Figure:
@@ -379,7 +373,7 @@ def plot_variance(variances: pd.DataFrame, *, note: str | None = None, title: st
     a2.grid(color="#ececec")
     sns.despine(ax=a2)
     fig.suptitle(title or "Judgment variance across runs and across samples", fontsize=11.5, fontweight="bold")
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_position_verbosity(position: pd.DataFrame | None = None, verbosity: pd.DataFrame | None = None, *,
@@ -416,7 +410,7 @@ def plot_position_verbosity(position: pd.DataFrame | None = None, verbosity: pd.
         sns.despine(ax=ax)
     if title:
         fig.suptitle(title, fontsize=11.5, fontweight="bold")
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_self_enhancement(by_generator: pd.DataFrame, *, note: str | None = None, title: str | None = None) -> Figure:
@@ -452,4 +446,4 @@ def plot_self_enhancement(by_generator: pd.DataFrame, *, note: str | None = None
     ax.set_axisbelow(True)
     sns.despine(ax=ax)
     fig.suptitle(title or "Self-enhancement: scores by response generator", fontsize=11.5, fontweight="bold")
-    return _stamp(fig, note)
+    return stamp_note(fig, note)

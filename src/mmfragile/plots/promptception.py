@@ -17,6 +17,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from mmfragile.metrics.promptception import (  # noqa: E402
+
     CATEGORY_NAMES,
     MODELS,
     PROPRIETARY_MODELS,
@@ -24,6 +25,7 @@ from mmfragile.metrics.promptception import (  # noqa: E402
     prompt_category,
     prompt_sort_key,
 )
+from mmfragile.plots import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
 
 
 def _category_colors() -> dict[int, tuple]:
@@ -43,10 +45,6 @@ CATEGORY_COLORS: dict[int, tuple] = _category_colors()
 GROUP_COLORS = {"open-source": "#4C72B0", "proprietary": "#DD8452"}
 
 
-def _stamp(fig: plt.Figure, note: str | None) -> plt.Figure:
-    if note:
-        fig.text(0.005, 0.005, note, fontsize=7, color="0.45", ha="left", va="bottom", style="italic")
-    return fig
 
 
 def _short(cat: int, width: int = 22) -> str:
@@ -109,7 +107,7 @@ def plot_category_std_heatmap(
     sub = f"  (bold: > threshold {threshold:.2f})" if threshold is not None else ""
     ax.set_title(title + sub, fontsize=10)
     fig.tight_layout()
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_average_pra(
@@ -158,7 +156,7 @@ def plot_average_pra(
         ax.axvline(b, color="0.85", lw=0.6, zorder=0)
     _category_legend(ax, set(cats), loc="upper left", ncol=5, bbox_to_anchor=(0, -0.2))
     fig.tight_layout()
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_best_worst(
@@ -202,7 +200,7 @@ def plot_best_worst(
     ax.set_axisbelow(True)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_accuracy_across_prompts(
@@ -244,7 +242,7 @@ def plot_accuracy_across_prompts(
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), fontsize=8, frameon=False)
     fig.tight_layout()
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_model_sensitivity(
@@ -286,7 +284,7 @@ def plot_model_sensitivity(
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.01))
-    return _stamp(fig, note)
+    return stamp_note(fig, note)
 
 
 def plot_std_distribution(
@@ -321,4 +319,4 @@ def plot_std_distribution(
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     fig.tight_layout()
-    return _stamp(fig, note)
+    return stamp_note(fig, note)

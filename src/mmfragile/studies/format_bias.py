@@ -64,7 +64,7 @@ from ..schema import DataError, MCQuestion
 from ..store import ResultStore
 
 __all__ = [
-    "STUDY", "CP_LN_STUDY", "METHOD_ORDER", "store_dir", "run_config", "open_store", "open_cp_ln_store",
+    "STUDY", "CP_LN_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "open_store", "open_cp_ln_store",
     "run_format_bias", "run_cp_ln", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
     "standard_rows", "reference_formats", "StudyData", "load_study", "default_figures_dir", "figure_note_for", "per_format_table",
     "answer_confidence_bins", "fit_lmm_with_fallback", "most_common_option_count", "subset_option_count",
@@ -82,13 +82,14 @@ _RUN_COLUMNS = ["model", "dataset", "question_id", "variant", "format", "option_
 
 
 # ================================================================================================ stores
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """``name`` usable as one path component (model / dataset names in store and figure paths)."""
     return re.sub(r"[^A-Za-z0-9@._=+-]+", "_", str(name)).strip("_") or "_"
 
 
 def store_dir(results_dir: str | Path, model: str, dataset: str, kind: str = "grid") -> Path:
     """``<results_dir>/<model>/<dataset>`` for the grid, ``.../cp_ln`` for CP-LN (names made path-safe)."""
-    root = Path(results_dir) / _safe(model) / _safe(dataset)
+    root = Path(results_dir) / safe_name(model) / safe_name(dataset)
     if kind == "grid":
         return root
     if kind == "cp_ln":
@@ -350,7 +351,7 @@ def default_figures_dir(source: str | Path, figures_dir: str | Path | None = Non
     """``figures_dir`` if given, else ``figures/format_bias/<published | name of the results folder>``."""
     if figures_dir:
         return Path(figures_dir)
-    tag = "published" if str(source) == "published" else _safe(Path(str(source)).resolve().name)
+    tag = "published" if str(source) == "published" else safe_name(Path(str(source)).resolve().name)
     return Path("figures") / "format_bias" / tag
 
 
