@@ -268,11 +268,16 @@ def test_self_enhancement_pipeline(three, tmp_path):
     assert all(s.meta["generator"] == "judge-a" and s.meta["dataset"] == jb.SELFGEN_DATASET for s in a)
     assert jb.generate_responses(FakeJudge(lambda p: "other", name="judge-a"), three,
                                  cache_file=tmp_path / "a.jsonl")[0].response == "mine"  # cached
-    judge = FakeJudge(lambda p: "Score: 9" if "mine" in p.text else "Score: 4", name="judge-a")
+    ref = jb.reference_responses(three)
+    assert [s.sample_id for s in ref] == ["img000@reference", "img001@reference", "txt000@reference"]
+    assert ref[0].response == three[0].response and ref[0].meta["generator"] == "reference"
+    judge = FakeJudge(lambda p: "Score: 9" if "mine" in p.text else "Score: 4" if "theirs" in p.text else "Score: 6",
+                      name="judge-a")
     store = ResultStore(tmp_path / "scores")
-    jb.run_judge(judge, [("original", s) for s in a + b], store, decoding="greedy", progress=False)
+    jb.run_judge(judge, [("original", s) for s in a + b + ref], store, decoding="greedy", progress=False)
     se = jm.self_enhancement(jb.selfgen_table(store)).loc["judge-a"]
-    assert (se["self_score"], se["other_score"], se["delta"], se["n_self"], se["n_other"]) == (9, 4, 5, 3, 1)
+    # self 9 (x3) vs others: model-b 4 (x1) and reference 6 (x3), pooled: (4 + 18) / 4 = 5.5
+    assert (se["self_score"], se["other_score"], se["delta"], se["n_self"], se["n_other"]) == (9, 5.5, 3.5, 3, 4)
     assert jb.judgment_table(store).empty  # self-generated rows are not main-study judgments
 
 

@@ -76,7 +76,7 @@ __all__ = [
     "applicable", "scene_description", "scene_captioner", "build_judge_conditions", "judgment_seed",
     "sampled_generate", "JudgeRunReport", "parse_prompt_variant", "run_judge",
     "PairItem", "position_pairs", "verbosity_pairs", "make_verbose", "alternative_response", "run_pairwise",
-    "generate_responses", "selfgen_samples", "open_stores", "store_config",
+    "generate_responses", "reference_responses", "selfgen_samples", "open_stores", "store_config",
     "judgment_table", "position_table", "verbosity_table", "selfgen_table", "parse_failure_table",
 ]
 
@@ -390,7 +390,7 @@ def run_judge(judge: MLLM, conditions: Sequence[tuple[str, JudgeSample]], store:
                 todo.append((cond, s, r, key))
     report.n_skipped = len(report.skipped)
     if report.skipped:
-        warnings.warn(f"run_judge: {name} cannot read images; {report.n_skipped} judgment(s) with images skipped")
+        warnings.warn(f"run_judge: {name} cannot read images; {report.n_skipped} condition(s) with images skipped (all runs)")
     # similar lengths together: less padding per batch (results do not depend on the batching)
     todo.sort(key=lambda t: (len(t[1].images), len(t[1].query) + len(t[1].response)))
     buffer: list[dict] = []
@@ -641,6 +641,24 @@ def generate_responses(generator: MLLM, samples: Sequence[JudgeSample], *, name:
         g = s.copy()
         g.sample_id = f"{item}@{_safe(name)}"
         g.response = cached[item]
+        g.gold_score = None
+        g.meta.update(generator=name, dataset=_dataset(s) + SELFGEN_DATASET_SUFFIX, kind="generated",
+                      perturbation=UNPERTURBED, source_sample=s.sample_id)
+        out.append(g)
+    return out
+
+
+def reference_responses(samples: Sequence[JudgeSample], kind: str = "good", name: str = "reference") -> list[JudgeSample]:
+    """The dataset's own responses of ``meta["kind"] == kind`` (the correct ones by default) as a further
+    "generator" ``name`` for the self-enhancement comparison - a quality anchor next to the models'
+    responses (same ids and dataset scheme as :func:`generate_responses`)."""
+    out = []
+    for s in samples:
+        if s.meta.get("kind") != kind:
+            continue
+        item = str(s.meta.get("item_id", s.sample_id))
+        g = s.copy()
+        g.sample_id = f"{item}@{_safe(name)}"
         g.gold_score = None
         g.meta.update(generator=name, dataset=_dataset(s) + SELFGEN_DATASET_SUFFIX, kind="generated",
                       perturbation=UNPERTURBED, source_sample=s.sample_id)
