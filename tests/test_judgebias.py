@@ -153,6 +153,10 @@ def test_parse_score_or_na_still_raises():
     ("The better response is B", "B"),
     ("Feedback: x\nFinal Answer: [[A]] or [[B]]\nFinal Answer: [[B]]", "B"),
     ("<think>A seems fine... [[A]]</think>Feedback: B is grounded.\nFinal Answer: [[B]]", "B"),
+    # single brackets, seen in SmolLM2 judge outputs
+    ("Your final choice is [B].", "B"),
+    ("The answer is: [Response B]", "B"),
+    ("Verdict: [A]", "A"),
 ])
 def test_parse_pairwise(text, expected):
     assert parse_pairwise(text) == expected

@@ -343,12 +343,12 @@ def parse_score_or_na(text: str, scale: int = 10) -> int | None:
     return parse_score(text, scale)
 
 
-_AB = r"\(?(?P<c>(?-i:[AB]))\)?(?!\w)"
+_AB = r"[(\[]?(?P<c>(?-i:[AB]))[)\]]?(?!\w)"
 _PAIR_ECHO = re.compile(r"\[\[A\]\]\s*or\s*\[\[B\]\]")  # the format line echoed back
 _PAIR_TIERS = [
     [re.compile(r"\[\[\s*(?:Response\s+|Assistant\s+)?(?P<c>[AB])\s*\]\]")],
     [re.compile(r"\b(?:final\s+)?(?:answer|verdict|choice|decision|selection|output|preference|winner|judg(?:e)?ment)"
-                r"\b" + _MD + r"(?:is|:|=|-)?" + _MD + r"(?:Response\s+|Assistant\s+|Option\s+)?" + _AB, re.I),
+                r"\b" + _MD + r"(?:is\s*:?|:|=|-)?" + _MD + r"\[?(?:Response\s+|Assistant\s+|Option\s+)?" + _AB, re.I),
      re.compile(r"\bbetter\s+response\b" + _MD + r"(?:is|:|=|-)?" + _MD + r"(?:Response\s+)?" + _AB, re.I)],
     [re.compile(r"\b(?:Response|Assistant)\s+(?P<c>[AB])\b" + _MD + r"(?:is|was)\s+(?:clearly\s+|slightly\s+|much\s+)?"
                 r"(?:the\s+)?(?:better|superior|preferred|stronger|more\s+accurate|best)", re.I),
