@@ -289,3 +289,29 @@ def test_extract_answers_batches_and_matches_single_calls():
     assert m.calls == 2  # 4 stage-2 prompts in batches of 2
     with pytest.raises(ValueError):
         extract_answers(["A"], [Q, Q], [ABCD])
+
+
+# --- optional option-text matching (VLMEvalKit's can_infer_text), off by default -------------------------
+from mmfragile.extraction import match_option_text  # noqa: E402
+
+
+@pytest.mark.parametrize("response,expected", [
+    ("The colour of the star is black.", "B"),
+    ("It is RED, clearly.", "A"),
+    ("The colour of the star is indeed black or gray.", None),   # two options named
+    ("I cannot tell.", None),
+    ("", None),
+    ("blackish", None),                                           # whole words only
+])
+def test_match_option_text(response, expected):
+    assert match_option_text(response, ["red", "black", "gray"], ["A", "B", "C"]) == expected
+
+
+def test_match_text_is_a_separate_opt_in_stage():
+    q = "What is the colour of the star?"
+    opts = ["red", "black", "gray"]
+    assert extract_answer("The star is black.", q, "ABC", options=opts).stage == "failed"
+    r = extract_answer("The star is black.", q, "ABC", options=opts, match_text=True)
+    assert (r.letter, r.stage) == ("B", "text")
+    # a letter found by the regex still wins
+    assert extract_answer("Answer: C (black)", q, "ABC", options=opts, match_text=True).letter == "C"

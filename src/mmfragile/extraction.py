@@ -408,9 +408,26 @@ def _stage1(response: str | None, valid: tuple[str, ...], refusals: bool) -> Ext
     return None
 
 
+def match_option_text(response: str | None, options: Sequence[str], valid_letters: Sequence[str]) -> str | None:
+    """The letter of the one option whose text the response names ("The colour of the star is black." with
+    options [red, black, gray] -> "B"), else None: no option named, or several (also when one option's text
+    contains another's and both match). Case-insensitive, whole words.
+
+    Not part of the paper's Appendix E; it is VLMEvalKit's ``can_infer_text`` rule, a deterministic,
+    free stand-in for what the stage-2 model does with such responses. Off unless asked for
+    (``extract_answer(..., match_text=True)``); results record it as stage ``"text"``."""
+    if not response:
+        return None
+    valid = _valid(valid_letters)
+    text = response.lower()
+    hits = [i for i, o in enumerate(options[: len(valid)])
+            if str(o).strip() and re.search(r"(?<!\w)" + re.escape(str(o).strip().lower()) + r"(?!\w)", text)]
+    return valid[hits[0]] if len(hits) == 1 else None
+
+
 def extract_answer(response: str | None, question: MCQuestion | str, valid_letters: Sequence[str],
                    model: MLLM | None = None, *, options: Sequence[str] | None = None,
-                   refusals: bool = True, max_new_tokens: int = 8) -> ExtractionResult:
+                   refusals: bool = True, max_new_tokens: int = 8, match_text: bool = False) -> ExtractionResult:
     """Stage 1, then (if ``model`` is given and stage 1 failed) stage 2.
 
     ``refusals=True`` flags refusals (stage "refusal", heuristic :func:`is_refusal` after stage 1
@@ -425,9 +442,13 @@ def extract_answer(response: str | None, question: MCQuestion | str, valid_lette
     r = _stage1(response, valid, refusals)
     if r is not None:
         return r
+    qtext, opts = _question_parts(question, options)
+    if match_text:
+        letter = match_option_text(response, opts, valid)
+        if letter is not None:
+            return ExtractionResult(letter, "text")
     if model is None:
         return ExtractionResult(None, "failed")
-    qtext, opts = _question_parts(question, options)
     out = model.generate([Prompt(text=build_extraction_prompt(qtext, opts, str(response), valid, refusals))],
                          max_new_tokens=max_new_tokens)[0]
     return _from_model_output(out, valid, refusals)

@@ -132,14 +132,17 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
 
 # ---------------------------------------------------------------------------------------------- scoring
 def make_score_fn(extractor_model: MLLM | None = None, exclude_refusals: bool = False,
-                  max_new_tokens: int = 8) -> Callable[[str, EvalItem], dict[str, Any]]:
+                  max_new_tokens: int = 8, match_text: bool = False) -> Callable[[str, EvalItem], dict[str, Any]]:
     """A ``run_items`` score function applying the two-stage extraction of Appendix E.
 
     Stage 1 is the regex of :func:`mmfragile.extraction.extract_letter_regex`; stage 2 (only when stage 1
     finds no letter and ``extractor_model`` is given) asks that text model with the Fig. 7 prompt, or the
     refusal-aware Fig. 8 prompt when ``exclude_refusals`` is set (the paper's GPT-4o policy).
 
-    Returns ``letter`` (None if unresolved), ``extraction_stage`` ("regex", "model", "failed", "refusal"),
+    ``match_text`` adds :func:`mmfragile.extraction.match_option_text` between the two stages (a response that
+    names exactly one option's text; stage "text"), a free stand-in for a weak or absent stage-2 model.
+
+    Returns ``letter`` (None if unresolved), ``extraction_stage`` ("regex", "text", "model", "failed", "refusal"),
     ``refusal``, ``correct`` (False whenever no letter - never dropped here), ``covered`` (a valid letter was
     extracted; a prompt's added options such as 7.6's "Not sure" count as covered, never correct) and
     ``extractor_output`` (the raw stage-2 output, None if stage 2 did not run).
@@ -154,7 +157,7 @@ def make_score_fn(extractor_model: MLLM | None = None, exclude_refusals: bool = 
         question = getattr(item, "question", "") or item.prompt.text
         options = list(getattr(item, "options", None) or [])
         res = extract_answer(raw, question, item.option_ids, extractor_model, options=options,
-                             refusals=exclude_refusals, max_new_tokens=max_new_tokens)
+                             refusals=exclude_refusals, max_new_tokens=max_new_tokens, match_text=match_text)
         refusal = res.refusal if exclude_refusals else (res.letter is None and is_refusal(raw))
         return {"letter": res.letter, "extraction_stage": res.stage, "refusal": bool(refusal),
                 "correct": bool(res.is_correct(item.answer_id)), "covered": res.letter is not None,
@@ -345,12 +348,12 @@ def store_dir(results_dir: str | Path, model: str, dataset: str) -> Path:
 
 def run_config(model: str, dataset: str, model_kind: str = "open", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                extractor: str | None = None, exclude_refusals: bool = False, n_frames: int | None = None,
-               fps: float | None = None, omit_dollar: bool = False) -> dict[str, Any]:
+               fps: float | None = None, omit_dollar: bool = False, match_text: bool = False) -> dict[str, Any]:
     """The store configuration: everything that changes a row's value (not which rows are run - questions
     and prompts can be added to a store later)."""
     return {"study": "promptception", "model": model, "dataset": dataset, "model_kind": model_kind,
             "max_new_tokens": int(max_new_tokens), "extractor": extractor, "exclude_refusals": bool(exclude_refusals),
-            "n_frames": n_frames, "fps": fps, "omit_dollar": bool(omit_dollar)}
+            "n_frames": n_frames, "fps": fps, "omit_dollar": bool(omit_dollar), "match_text": bool(match_text)}
 
 
 def load_results(results_dir: str | Path) -> pd.DataFrame:
