@@ -285,7 +285,8 @@ def plot_confidence_bins(bin_scores: pd.DataFrame, note: str | None = None, titl
                 ax.set_ylabel("Accuracy [%]")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.suptitle(title or "Accuracy by confidence bin across prompt formats", fontsize=12)
-    fig.tight_layout(rect=(0, 0, 0.86, 1))
+    # leave a fixed 0.5 inch band on top for the title, whatever the number of rows
+    fig.tight_layout(rect=(0, 0, 0.86, 1 - 0.5 / fig.get_figheight()))
     fig.legend(handles, labels, title="Confidence under\nthe reference format", fontsize=8, title_fontsize=8,
                loc="center right", frameon=False)
     return stamp_note(fig, note)
