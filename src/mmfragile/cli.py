@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 
 def _parse_params(pairs: list[list[str]] | None) -> dict:

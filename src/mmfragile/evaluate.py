@@ -11,11 +11,10 @@ Study 1 (format bias) items come from :func:`format_bias_items`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import groupby
 from typing import Any, Callable, Iterable, Sequence
 
-import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 

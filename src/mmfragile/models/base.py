@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Sequence, Union
+from typing import Sequence
 
 import numpy as np
 
-ImageLike = Union[str, Path, "PIL.Image.Image"]  # noqa: F821
 
 
 @dataclass

@@ -39,6 +39,34 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+class SeededGumbelSampler:
+    """Logits processor that turns greedy decoding into sampling from ``softmax(logits / T)`` restricted
+    to the top-``p`` nucleus, with one independent random stream per batch row (Gumbel-max trick:
+    ``argmax(l_i + G_i)`` with ``G_i ~ Gumbel(0, 1)`` is a sample from ``softmax(l)``)."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        self.gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.t = float(temperature)
+        self.top_p = float(top_p)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        s = scores.float() / self.t
+        if self.top_p < 1.0:
+            srt, idx = torch.sort(s, dim=-1, descending=True)
+            p = torch.softmax(srt, dim=-1)
+            drop_sorted = (torch.cumsum(p, dim=-1) - p) > self.top_p  # keep the smallest set with mass >= top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
+            s = s.masked_fill(drop, float("-inf"))
+        v = s.shape[-1]
+        u = torch.stack([torch.rand(v, generator=g) for g in self.gens]).to(s.device)
+        gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
+        return s + gumbel
+
+
 class HFModel(MLLM):
     """A `transformers` model + its processor (or tokenizer, for text-only LMs)."""
 
@@ -150,6 +178,25 @@ class HFModel(MLLM):
                                       pad_token_id=self.tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None)
             new = gen[:, enc["input_ids"].shape[1]:]
             out += self.tokenizer.batch_decode(new, skip_special_tokens=True)
+        return out
+
+    @torch.inference_mode()
+    def generate_sampled(self, prompts: Sequence[Prompt], max_new_tokens: int, seeds: Sequence[int],
+                         temperature: float = 0.7, top_p: float = 0.9) -> list[str]:
+        """Seeded sampling (for repeated judge runs): prompt i samples with its own stream ``seeds[i]`` through a
+        Gumbel-max logits processor on the greedy path, so its text depends on its seed, not on its batch."""
+        from transformers import LogitsProcessorList
+
+        if len(seeds) != len(prompts):
+            raise ValueError("generate_sampled: one seed per prompt")
+        out: list[str] = []
+        for sl in self._batches(len(prompts)):
+            enc = self._to_device(self.encode(prompts[sl]))
+            proc = LogitsProcessorList([SeededGumbelSampler(seeds[sl], temperature, top_p)])
+            gen = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                      logits_processor=proc, pad_token_id=self.tokenizer.pad_token_id,
+                                      temperature=None, top_p=None, top_k=None)
+            out += self.tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         return out
 
     @torch.inference_mode()

@@ -60,12 +60,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from ..metrics.judgebias import PERTURBATIONS
 from ..models.base import MLLM, Prompt
-from ..perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_perturbation, image_sha256,
+from ..perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_perturbation,
                              save_perturbed)
 from ..prompts.judge import (SCORE_VARIANTS, ScoreParseError, pairwise_prompt, parse_pairwise, parse_score,
                              parse_score_or_na, score_prompt)
@@ -222,64 +221,20 @@ def judgment_seed(seed: int, *parts: Any) -> int:
     return int(np.random.SeedSequence(words).generate_state(1, dtype=np.uint64)[0]) & ((1 << 63) - 1)
 
 
-class _SeededGumbelSampler:
-    """Logits processor that turns greedy decoding into sampling from ``softmax(logits / T)`` restricted
-    to the top-``p`` nucleus, with one independent random stream per batch row (Gumbel-max trick:
-    ``argmax(l_i + G_i)`` with ``G_i ~ Gumbel(0, 1)`` is a sample from ``softmax(l)``)."""
-
-    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        self.gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
-        self.t = float(temperature)
-        self.top_p = float(top_p)
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        s = scores.float() / self.t
-        if self.top_p < 1.0:
-            srt, idx = torch.sort(s, dim=-1, descending=True)
-            p = torch.softmax(srt, dim=-1)
-            drop_sorted = (torch.cumsum(p, dim=-1) - p) > self.top_p  # keep the smallest set with mass >= top_p
-            drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
-            s = s.masked_fill(drop, float("-inf"))
-        v = s.shape[-1]
-        u = torch.stack([torch.rand(v, generator=g) for g in self.gens]).to(s.device)
-        gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
-        return s + gumbel
-
-
 def sampled_generate(judge: MLLM, prompts: Sequence[Prompt], max_new_tokens: int, seeds: Sequence[int],
                      temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P) -> list[str]:
     """Seeded sampled decoding: prompt ``i`` is continued by sampling with its own stream ``seeds[i]``.
 
-    :class:`~mmfragile.models.hf.HFModel` judges sample through a Gumbel-max logits processor on top of
-    their greedy ``generate`` path (same rendering, padding and decoding as :meth:`HFModel.generate`), so
-    the text of a prompt depends only on its seed, not on its batch. Other backends must provide
-    ``generate_sampled(prompts, max_new_tokens, seeds, temperature, top_p)``.
+    The backend provides ``generate_sampled(prompts, max_new_tokens, seeds, temperature, top_p)``;
+    :meth:`mmfragile.models.hf.HFModel.generate_sampled` makes a prompt's text depend only on its seed,
+    not on its batch.
     """
     if len(seeds) != len(prompts):
         raise ValueError("sampled_generate: one seed per prompt")
-    if hasattr(judge, "generate_sampled"):
-        return list(judge.generate_sampled(prompts, max_new_tokens, list(seeds), temperature, top_p))
-    from transformers import LogitsProcessorList
-
-    from ..models.hf import HFModel
-
-    if not isinstance(judge, HFModel):
+    if not hasattr(judge, "generate_sampled"):
         raise TypeError(f"{getattr(judge, 'name', judge)!r} cannot sample with a seed (no generate_sampled); "
                         f"use decoding='greedy'")
-    out: list[str] = []
-    with torch.inference_mode():
-        for sl in judge._batches(len(prompts)):
-            enc = judge._to_device(judge.encode(prompts[sl]))
-            proc = LogitsProcessorList([_SeededGumbelSampler(seeds[sl], temperature, top_p)])
-            gen = judge.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                       logits_processor=proc, pad_token_id=judge.tokenizer.pad_token_id,
-                                       temperature=None, top_p=None, top_k=None)
-            out += judge.tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-    return out
+    return list(judge.generate_sampled(prompts, max_new_tokens, list(seeds), temperature, top_p))
 
 
 def _generate(judge: MLLM, prompts: list[Prompt], max_new_tokens: int, seeds: list[int], decoding: str,
