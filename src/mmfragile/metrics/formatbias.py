@@ -172,10 +172,14 @@ def exact_match_outcome(output: str, option_labels: Sequence[str], answer: int,
         ``(correct, covered, selected_position)``; ``covered`` means the output is one of the valid
         option IDs (coverage, Eq. 6); ``selected_position`` is -1 when not covered.
     """
-    out = output.strip() if strip else output
     labels = list(option_labels)
-    pos = labels.index(out) if out in labels else -1
-    return pos == answer, pos >= 0, pos
+    if not strip:
+        pos = labels.index(output) if output in labels else -1
+        return pos == answer, pos >= 0, pos
+    from mmfragile.prompts.formats import score_exact_match  # the one scoring rule of the evaluation runs
+
+    covered, correct, pos = score_exact_match(output, labels, labels[answer])
+    return correct, covered, pos
 
 
 def format_scores(per_question: pd.DataFrame) -> pd.DataFrame:
