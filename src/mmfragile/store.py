@@ -109,3 +109,16 @@ class ResultStore:
 
     def __len__(self) -> int:
         return len(self.done_keys())
+
+
+def find_stores(root: str | Path, study: str, default_study: str | None = None) -> list[ResultStore]:
+    """The stores under ``root`` (any depth) whose config names ``study``; a config without a ``study`` key
+    counts as ``default_study``. Folders with a config.json but no ``parts/`` (a model checkpoint, say) are
+    not stores and are skipped."""
+    out = []
+    for cfg in sorted(Path(root).rglob("config.json")):
+        if (cfg.parent / "parts").is_dir():
+            st = ResultStore(cfg.parent)
+            if st.config.get("study", default_study) == study:
+                out.append(st)
+    return out

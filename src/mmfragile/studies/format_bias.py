@@ -61,7 +61,7 @@ from ..metrics import mitigation as mit
 from ..models.base import MLLM
 from ..prompts.formats import PromptFormat, build_cloze_prompt, standard_format as prompt_standard_format
 from ..schema import DataError, MCQuestion
-from ..store import ResultStore
+from ..store import ResultStore, find_stores
 
 __all__ = [
     "STUDY", "CP_LN_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "open_store", "open_cp_ln_store",
@@ -185,14 +185,6 @@ def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, batch_qu
 
 
 # ================================================================================================ reading
-def _stores(results_dir: Path) -> list[ResultStore]:
-    out = []
-    for cfg in sorted(results_dir.rglob("config.json")):
-        if (cfg.parent / "parts").is_dir():
-            out.append(ResultStore(cfg.parent))
-    return out
-
-
 def load_runs(results_dir: str | Path, study: str = STUDY) -> pd.DataFrame:
     """All stores of ``study`` under ``results_dir`` (any depth) as one per-question frame (raw run columns).
 
@@ -202,9 +194,7 @@ def load_runs(results_dir: str | Path, study: str = STUDY) -> pd.DataFrame:
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such results folder")
     frames = []
-    for st in _stores(root):
-        if st.config.get("study", STUDY) != study:
-            continue
+    for st in find_stores(root, study, default_study=STUDY):
         df = st.read()
         if len(df):
             frames.append(df)

@@ -41,7 +41,7 @@ from ..models.base import MLLM
 from ..paths import cache_dir
 from ..prompts.promptception import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
 from ..schema import DataError, MCQuestion
-from ..store import ResultStore
+from ..store import find_stores
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn", "frame_indices",
@@ -363,15 +363,11 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     if not root.exists():
         raise DataError(f"{root}: results folder not found")
     frames = []
-    for cfg in sorted(root.rglob("config.json")):
-        store = ResultStore(cfg.parent)
-        conf = store.config
-        if conf.get("study", "promptception") != "promptception":
-            continue
+    for store in find_stores(root, "promptception", default_study="promptception"):
         df = store.read()
         if df.empty:
             continue
-        df = df.assign(exclude_refusals=bool(conf.get("exclude_refusals", False)), store=str(cfg.parent))
+        df = df.assign(exclude_refusals=bool(store.config.get("exclude_refusals", False)), store=str(store.root))
         frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
