@@ -1,7 +1,8 @@
 """The one small model interface every backend implements (cf. lm-evaluation-harness' LM class).
 
-A :class:`Prompt` is a chat turn: text plus zero or more images (PIL or paths), with an
-optional system message. Backends implement three deterministic calls:
+A :class:`Prompt` is a chat turn: text plus zero or more images (PIL or paths) - or the frames of one video -
+with an optional system message. The text may name images as ``<image k>`` (MMMU style); families whose chat
+templates interleave put image k there (:mod:`mmfragile.models.adapters`). Backends implement three deterministic calls:
 
 * :meth:`MLLM.generate` - greedy decoding, ``max_new_tokens`` tokens at most;
 * :meth:`MLLM.option_logits` - next-token logits of the first token of each candidate string
@@ -26,6 +27,8 @@ class Prompt:
     system: str | None = None
     #: text placed at the start of the assistant turn (e.g. "Answer:"), scored/generated after it.
     assistant_prefix: str = ""
+    #: the images are the frames of one video, in order (families without video input get them as images)
+    video: bool = False
 
 
 @dataclass

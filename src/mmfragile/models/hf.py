@@ -35,6 +35,25 @@ def load_image(img: Any, where: str = "prompt"):
         raise DataError(f"{where}: corrupt or unreadable image {p}: {e}") from e
 
 
+def left_pad(rows: Sequence[torch.Tensor], value) -> torch.Tensor:
+    """Stack tensors of different lengths (first dim) into one batch, left-padded with ``value``."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width, *rows[0].shape[1:]), value, dtype=rows[0].dtype)
+    for i, r in enumerate(rows):
+        out[i, width - len(r):] = r
+    return out
+
+
+def _auto_class(config, default: str) -> str:
+    """The Auto class to load a checkpoint with: remote code names its own in auto_map (first of the usual ones);
+    a vision checkpoint whose type the image-text-to-text mapping lacks is a causal LM with vision (Phi-4)."""
+    auto_map = getattr(config, "auto_map", None) or {}
+    for name in ("AutoModelForImageTextToText", "AutoModelForVision2Seq", "AutoModelForCausalLM", "AutoModel"):
+        if name in auto_map:
+            return name if name != "AutoModelForVision2Seq" else "AutoModelForImageTextToText"
+    return default
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -68,11 +87,15 @@ class SeededGumbelSampler:
 
 
 class HFModel(MLLM):
-    """A `transformers` model + its processor (or tokenizer, for text-only LMs)."""
+    """A `transformers` model + its processor (or tokenizer, for text-only LMs). Family differences (prompt
+    rendering, processor inputs, per-token tensors) come from its :class:`~mmfragile.models.adapters.FamilyAdapter`."""
 
     def __init__(self, model, processor, name: str | None = None, batch_size: int = 8):
+        from .adapters import adapter_for
+
         self.model = model.eval()
         self.processor = processor
+        self.adapter = adapter_for(model.config)
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.supports_images = hasattr(processor, "image_processor")
         self.name = name or Path(str(getattr(model.config, "_name_or_path", "model"))).name or "model"
@@ -85,74 +108,90 @@ class HFModel(MLLM):
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_pretrained(cls, path: str | Path, name: str | None = None, device: str | None = None,
-                        dtype: torch.dtype | str | None = None, batch_size: int = 8, **kwargs) -> "HFModel":
+                        dtype: torch.dtype | str | None = None, batch_size: int = 8, trust_remote_code: bool = False,
+                        **kwargs) -> "HFModel":
         """Load a local checkpoint folder (or a model id already in the HF cache; no download is attempted
-        when ``HF_HUB_OFFLINE=1``). Vision checkpoints (a ``vision_config`` in config.json) load with
-        ``AutoModelForImageTextToText`` + ``AutoProcessor``, others with ``AutoModelForCausalLM`` + tokenizer."""
-        from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor,
-                                  AutoTokenizer)
+        when ``HF_HUB_OFFLINE=1``) with its family's Auto class and its own processor (tokenizer for text LMs).
+
+        ``trust_remote_code=True`` runs the checkpoint's own modeling / processing code (Phi-3.5-vision,
+        MiniCPM-V, Molmo): only for checkpoints you trust. Such models run generate / option_logits /
+        loglikelihood through their processor and template where those follow the transformers conventions;
+        the prefix-sharing engine refuses them (their internals are not a known family's)."""
+        import transformers
+        from transformers import AutoConfig
+
+        from .adapters import adapter_for
 
         device = device or default_device()
         if dtype is None:
             dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        config = AutoConfig.from_pretrained(path, **kwargs)
-        if getattr(config, "vision_config", None) is not None:
-            model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, **kwargs)
-            processor = AutoProcessor.from_pretrained(path, **kwargs)
+        kwargs = {**kwargs, "trust_remote_code": trust_remote_code}
+        try:
+            config = AutoConfig.from_pretrained(path, **kwargs)
+        except ValueError as e:
+            if "trust_remote_code" in str(e) and not trust_remote_code:
+                raise ValueError(f"{path}: this checkpoint ships its own model code (config.json auto_map). Load it "
+                                 "with load_model(path, trust_remote_code=True) if you trust that code.") from e
+            raise
+        auto_class = _auto_class(config, adapter_for(config).auto_class)
+        model = getattr(transformers, auto_class).from_pretrained(path, dtype=dtype, **kwargs)
+        if getattr(config, "vision_config", None) is not None or auto_class != "AutoModelForCausalLM":
+            processor = transformers.AutoProcessor.from_pretrained(path, **kwargs)
         else:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
-            processor = AutoTokenizer.from_pretrained(path, **kwargs)
+            processor = transformers.AutoTokenizer.from_pretrained(path, **kwargs)
         return cls(model.to(device), processor, name=name or Path(str(path)).name, batch_size=batch_size)
 
     # ------------------------------------------------------------------ prompts
     def render(self, prompt: Prompt) -> str:
-        """The exact text fed to the tokenizer: chat template + generation prompt + assistant prefix."""
-        messages: list[dict] = []
-        if prompt.system:
-            messages.append({"role": "system", "content": prompt.system if not self.supports_images
-                             else [{"type": "text", "text": prompt.system}]})
-        if self.supports_images:
-            content = [{"type": "image"} for _ in prompt.images] + [{"type": "text", "text": prompt.text}]
-        else:
-            if prompt.images:
-                raise DataError(f"{self.name} is a text-only model but the prompt has {len(prompt.images)} image(s)")
-            content = prompt.text
-        messages.append({"role": "user", "content": content})
-        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return text + prompt.assistant_prefix
+        """The exact text fed to the processor: chat template + generation prompt + assistant prefix."""
+        if prompt.images and not self.supports_images:
+            raise DataError(f"{self.name} is a text-only model but the prompt has {len(prompt.images)} image(s)")
+        return self.adapter.render(self.processor, prompt)
 
     def encode(self, prompts: Sequence[Prompt], continuations: Sequence[str] | None = None) -> dict[str, torch.Tensor]:
-        """Left-padded model inputs; with ``continuations`` their tokens are appended to each prompt and
+        """Left-padded model inputs (processor outputs that forward() takes); with ``continuations`` their tokens
+        are appended to each prompt - with every per-token tensor extended as the family's adapter says - and
         ``cont_lengths`` gives how many trailing tokens of each row are the continuation."""
         texts = [self.render(p) for p in prompts]
         if self.supports_images:
-            images = [load_image(im, f"prompt {i}") for i, p in enumerate(prompts) for im in p.images]
-            enc = self.processor(text=texts, images=images or None, return_tensors="pt", padding=True)
+            media = self.adapter.media(prompts, load_image)
+            enc = self.processor(text=texts, return_tensors="pt", padding=True, **media)
         else:
             enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = dict(enc)
+        enc = {k: v for k, v in dict(enc).items() if k not in self.adapter.drop_keys}
         if continuations is not None:
-            rows, cont_lens = [], []
+            conts = []
             for i, cont in enumerate(continuations):
-                ids = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()
                 cids = self.tokenizer(cont, add_special_tokens=False)["input_ids"]
                 if not cids:
                     raise ValueError(f"continuation {i} is empty after tokenization: {cont!r}")
-                rows.append(ids + cids)
-                cont_lens.append(len(cids))
-            enc["input_ids"], enc["attention_mask"] = self._left_pad(rows)
-            enc["cont_lengths"] = torch.tensor(cont_lens)
+                conts.append(cids)
+            enc = self._append_tokens(enc, conts)
+            enc["cont_lengths"] = torch.tensor([len(c) for c in conts])
         return enc
 
-    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(map(len, rows))
-        pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r):] = torch.tensor(r)
-            mask[i, width - len(r):] = 1
-        return ids, mask
+    def _append_tokens(self, enc: dict, conts: list[list[int]]) -> dict:
+        """Append token ids to each row and re-left-pad every per-token tensor (input_ids, attention_mask and the
+        adapter's per-token outputs, whose new entries take the adapter's fill value; -1 repeats the last one)."""
+        mask = enc["attention_mask"].bool()
+        fills = {"input_ids": None, "attention_mask": 1, **{k: v for k, v in self.adapter.per_token.items() if k in enc}}
+        rows: dict[str, list[torch.Tensor]] = {k: [] for k in fills}
+        for i, cids in enumerate(conts):
+            new = torch.tensor(cids)
+            for k, fill in fills.items():
+                old = enc[k][i][mask[i]]
+                if k == "input_ids":
+                    add = new.to(old.dtype)
+                elif fill == -1:
+                    add = old[-1:].expand(len(cids), *old.shape[1:])
+                else:
+                    add = torch.full((len(cids), *old.shape[1:]), fill, dtype=old.dtype)
+                rows[k].append(torch.cat([old, add]))
+        out = dict(enc)
+        pad = {"input_ids": self.tokenizer.pad_token_id}
+        for k, rs in rows.items():
+            out[k] = left_pad(rs, pad.get(k, 0))
+        return out
 
     def _to_device(self, enc: dict) -> dict:
         out = {}
@@ -164,23 +203,36 @@ class HFModel(MLLM):
             out[k] = v
         return out
 
-    def _batches(self, n: int):
-        for s in range(0, n, self.batch_size):
-            yield slice(s, min(s + self.batch_size, n))
+    def _batches(self, prompts: Sequence[Prompt]):
+        """Index lists of at most ``batch_size`` prompts that may share one processor call (the adapter's
+        ``batch_key``: e.g. SmolVLM cannot mix video and image prompts), in the callers' order within a key."""
+        by_key: dict[Any, list[int]] = {}
+        for i, p in enumerate(prompts):
+            by_key.setdefault(self.adapter.batch_key(p), []).append(i)
+        for idx in by_key.values():
+            for s in range(0, len(idx), self.batch_size):
+                yield idx[s:s + self.batch_size]
+
+    def _map_batches(self, prompts: Sequence[Prompt], fn) -> list:
+        """``fn(index_list) -> one result per index``, over :meth:`_batches`, returned in prompt order."""
+        out: list = [None] * len(prompts)
+        for idx in self._batches(prompts):
+            for i, r in zip(idx, fn(idx)):
+                out[i] = r
+        return out
 
     # ------------------------------------------------------------------ the interface
     @torch.inference_mode()
-    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 16) -> list[str]:
-        out: list[str] = []
-        for sl in self._batches(len(prompts)):
-            enc = self._to_device(self.encode(prompts[sl]))
-            gen = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                      pad_token_id=self.tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None)
-            new = gen[:, enc["input_ids"].shape[1]:]
-            out += self.tokenizer.batch_decode(new, skip_special_tokens=True)
-        return out
+    def _generate(self, prompts: Sequence[Prompt], max_new_tokens: int, idx: list[int], **kwargs) -> list[str]:
+        enc = self._to_device(self.encode([prompts[i] for i in idx]))
+        gen = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                  pad_token_id=self.tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None,
+                                  **kwargs)
+        return self.tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 
-    @torch.inference_mode()
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 16) -> list[str]:
+        return self._map_batches(prompts, lambda idx: self._generate(prompts, max_new_tokens, idx))
+
     def generate_sampled(self, prompts: Sequence[Prompt], max_new_tokens: int, seeds: Sequence[int],
                          temperature: float = 0.7, top_p: float = 0.9) -> list[str]:
         """Seeded sampling (for repeated judge runs): prompt i samples with its own stream ``seeds[i]`` through a
@@ -189,25 +241,18 @@ class HFModel(MLLM):
 
         if len(seeds) != len(prompts):
             raise ValueError("generate_sampled: one seed per prompt")
-        out: list[str] = []
-        for sl in self._batches(len(prompts)):
-            enc = self._to_device(self.encode(prompts[sl]))
-            proc = LogitsProcessorList([SeededGumbelSampler(seeds[sl], temperature, top_p)])
-            gen = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                      logits_processor=proc, pad_token_id=self.tokenizer.pad_token_id,
-                                      temperature=None, top_p=None, top_k=None)
-            out += self.tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        return out
+        return self._map_batches(prompts, lambda idx: self._generate(
+            prompts, max_new_tokens, idx,
+            logits_processor=LogitsProcessorList([SeededGumbelSampler([seeds[i] for i in idx], temperature, top_p)])))
 
     @torch.inference_mode()
     def next_token_logits(self, prompts: Sequence[Prompt]) -> torch.Tensor:
         """[len(prompts), vocab] logits of the next token, float32 on CPU (one forward pass per batch)."""
-        chunks = []
-        for sl in self._batches(len(prompts)):
-            enc = self._to_device(self.encode(prompts[sl]))
-            logits = self.model(**enc, logits_to_keep=1).logits[:, -1, :]
-            chunks.append(logits.float().cpu())
-        return torch.cat(chunks)
+        def run(idx):
+            enc = self._to_device(self.encode([prompts[i] for i in idx]))
+            return self.model(**enc, logits_to_keep=1).logits[:, -1, :].float().cpu()
+
+        return torch.stack(self._map_batches(prompts, run))
 
     def first_token_id(self, text: str) -> int:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -221,17 +266,20 @@ class HFModel(MLLM):
 
     @torch.inference_mode()
     def loglikelihood(self, prompts: Sequence[Prompt], continuations: Sequence[str]) -> list[LogLik]:
+        return self._map_batches(prompts, lambda idx: self._loglikelihood([prompts[i] for i in idx],
+                                                                          [continuations[i] for i in idx]))
+
+    def _loglikelihood(self, prompts: Sequence[Prompt], continuations: Sequence[str]) -> list[LogLik]:
+        enc = self.encode(prompts, continuations)
+        cont_lens = enc.pop("cont_lengths")
+        enc = self._to_device(enc)
+        keep = int(cont_lens.max()) + 1  # logits of the last n + 1 positions predict the continuation
+        logp = torch.log_softmax(self.model(**enc, logits_to_keep=keep).logits.float(), dim=-1)
         out: list[LogLik] = []
-        for sl in self._batches(len(prompts)):
-            enc = self.encode(prompts[sl], continuations[sl])
-            cont_lens = enc.pop("cont_lengths")
-            enc = self._to_device(enc)
-            logp = torch.log_softmax(self.model(**enc).logits.float(), dim=-1)
-            ids = enc["input_ids"]
-            for i, n in enumerate(cont_lens.tolist()):
-                target = ids[i, -n:]
-                pred = logp[i, -n - 1:-1, :]  # position t predicts token t+1
-                out.append(LogLik(float(pred.gather(1, target[:, None]).sum()), n))
+        for i, n in enumerate(cont_lens.tolist()):
+            target = enc["input_ids"][i, -n:]
+            pred = logp[i, keep - n - 1:keep - 1, :]  # position t predicts token t+1
+            out.append(LogLik(float(pred.gather(1, target[:, None]).sum()), n))
         return out
 
     def max_id_tokens(self, ids: Sequence[str]) -> int:
