@@ -11,6 +11,7 @@ Study 1 (format bias) items come from :func:`format_bias_items`.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any, Callable, Iterable, Sequence
@@ -18,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .engine import PrefixSharingEngine, engine_supported
+from .engine import EngineInexact, PrefixSharingEngine, engine_refusal
 from .models.base import MLLM, Prompt
 from .prompts.formats import (PromptFormat, all_formats, build_mc_prompt, circular_shifts, score_exact_match,
                               standard_format)
@@ -54,13 +55,22 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
               desc: str | None = None, stop_after: int | None = None) -> pd.DataFrame:
     """Evaluate the items not yet in ``store`` and return the store's full table.
 
-    ``mode``: ``"engine"`` (prefix-sharing engine; HF models only), ``"generate"`` (one ``generate`` per
-    batch - the naive path), or ``"auto"`` (engine where supported). ``stop_after`` ends the run after that
-    many new rows (used to simulate a killed run in tests)."""
+    ``mode``: ``"engine"`` (prefix-sharing engine; refuses with the reason where it cannot be exact),
+    ``"generate"`` (one batched ``generate`` per batch - the naive path), or ``"auto"`` (the engine where it is
+    exact; elsewhere - a family it refuses, or a question group whose variants it cannot share - batched
+    ``generate`` plus ``option_logits``, with a warning naming the reason). ``stop_after`` ends the run after
+    that many new rows (used to simulate a killed run in tests)."""
     if mode not in ("auto", "engine", "generate"):
         raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
-    use_engine = mode == "engine" or (mode == "auto" and engine_supported(model))
-    engine = PrefixSharingEngine(model, batch_size=batch_size) if use_engine else None
+    refusal = engine_refusal(model) if mode != "generate" else None
+    if refusal is not None and mode == "engine":
+        raise EngineInexact(f"{model.name}: {refusal}")
+    # where the engine is refused in auto mode, a transformers model still stores option logits as the engine does
+    stand_in_logits = mode == "auto" and hasattr(model, "adapter")
+    if refusal is not None and stand_in_logits:  # say so, once
+        warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
+                      stacklevel=2)
+    engine = PrefixSharingEngine(model, batch_size=batch_size) if mode != "generate" and refusal is None else None
     todo = [it for it in items if not store.is_done({"model": model.name, **it.key})]
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
                unit="q", smoothing=0.05)
@@ -72,15 +82,25 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
         written += store.append(buffer)
         buffer.clear()
 
+    def naive(prompts, option_ids, new_tokens, with_logits):
+        raws = model.generate(prompts, max_new_tokens=new_tokens)
+        return raws, (model.option_logits(prompts, option_ids) if with_logits else [None] * len(prompts))
+
     for chunk in _chunks(todo, engine is not None, batch_size):
-        if engine is not None:
-            outs = engine.run_group([it.prompt for it in chunk], [it.option_ids for it in chunk],
-                                    max(it.max_new_tokens for it in chunk))
-            raws = [o.text for o in outs]
-            logits = [o.option_logits for o in outs]
+        prompts, option_ids = [it.prompt for it in chunk], [it.option_ids for it in chunk]
+        new_tokens = max(it.max_new_tokens for it in chunk)
+        if engine is None:
+            raws, logits = naive(prompts, option_ids, new_tokens, stand_in_logits)
         else:
-            raws = model.generate([it.prompt for it in chunk], max_new_tokens=max(it.max_new_tokens for it in chunk))
-            logits = [None] * len(chunk)
+            try:
+                outs = engine.run_group(prompts, option_ids, new_tokens)
+                raws, logits = [o.text for o in outs], [o.option_logits for o in outs]
+            except EngineInexact as e:
+                if mode == "engine":
+                    raise
+                warnings.warn(f"{model.name}, {chunk[0].group}: {e}; this group runs through batched generate",
+                              stacklevel=2)
+                raws, logits = naive(prompts, option_ids, new_tokens, True)
         for it, raw, lg in zip(chunk, raws, logits):
             row = {"model": model.name, **it.key, "raw_output": raw, "option_ids": list(it.option_ids),
                    "answer_id": it.answer_id, **score_fn(raw, it)}

@@ -110,7 +110,12 @@ def _model(cls_name: str, config, seed: int = 0):
     import transformers
 
     torch.manual_seed(seed)
-    return getattr(transformers, cls_name)(config).eval()
+    model = getattr(transformers, cls_name)(config).eval()
+    with torch.no_grad():  # zero-initialised projections / gates (Gemma-3, Llama-3.2-Vision) would hide the images
+        for p in model.parameters():
+            if not p.any():
+                p.normal_(0.0, 0.2)
+    return model
 
 
 CHATML = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None}
@@ -229,7 +234,7 @@ def build_gemma3(out: Path) -> None:
                          named={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
                                 "image_token": "<image_soft_token>"})
     vision = SiglipVisionConfig(**VISION, image_size=28, patch_size=14, vision_use_head=False)
-    text = _text_config("Gemma3TextConfig", tok, head_dim=16, sliding_window=64, query_pre_attn_scalar=16,
+    text = _text_config("Gemma3TextConfig", tok, head_dim=16, sliding_window=512, query_pre_attn_scalar=16,
                         layer_types=["sliding_attention", "full_attention"])
     cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
                        boi_token_index=tok.boi_token_id, eoi_token_index=tok.eoi_token_id,

@@ -243,8 +243,10 @@ class RenderedPrompt:
         return iter((self.text, self.valid_letters))
 
     def to_prompt(self, images: Sequence[Any] | None = None, system: str | None = None) -> Prompt:
-        """A :class:`Prompt` for :meth:`MLLM.generate` (images default to the question's)."""
-        return Prompt(text=self.text, images=list(self.images if images is None else images), system=system)
+        """A :class:`Prompt` for :meth:`MLLM.generate` (images default to the question's; a video question's
+        images are its frames, passed as a video to families that take video input)."""
+        return Prompt(text=self.text, images=list(self.images if images is None else images), system=system,
+                      video=self.modality == "video")
 
 
 def _resolve_modality(modality: str) -> str:

@@ -1,0 +1,149 @@
+"""Architecture conformance suite (issue: every architecture must load, score and run fast).
+
+For every family of :mod:`mmfragile.models.tiny` a tiny random checkpoint is built offline with the family's real
+processor / image processor / video processor classes, special tokens and published chat template, saved with
+``save_pretrained`` and loaded by path through :func:`mmfragile.load_model`, exactly as a downloaded checkpoint.
+Each check of :mod:`mmfragile.models.conformance` must pass: batched == one at a time (mixed image counts),
+option logits, log-likelihoods, multi-image placement, video, and the prefix-sharing engine token for token
+equal to greedy ``generate`` (or an explicit refusal with the reason where it cannot be exact).
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mmfragile.api import load_model
+from mmfragile.models.adapters import EngineInexact
+from mmfragile.models.conformance import CHECKS, engine_variants, mixed_prompts, sample_images
+from mmfragile.models.tiny import FAMILIES, build_tiny
+
+#: the engine refuses these families, with these reasons (anything else must be exact)
+ENGINE_REFUSES = {"paligemma": "bidirectionally over the whole prompt"}
+
+#: real processor classes each family must load with (the classes a downloaded checkpoint resolves to)
+PROCESSORS = {
+    "llava": "LlavaProcessor", "llava_next": "LlavaNextProcessor", "llava_onevision": "LlavaOnevisionProcessor",
+    "qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor",
+    "gemma3": "Gemma3Processor", "internvl": "InternVLProcessor", "idefics3": "Idefics3Processor",
+    "smolvlm": "SmolVLMProcessor", "paligemma": "PaliGemmaProcessor", "phi4_multimodal": "Phi4MultimodalProcessor",
+    "mllama": "MllamaProcessor",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family_model(request, tmp_path_factory):
+    family = request.param
+    path = build_tiny(family, root=tmp_path_factory.getbasetemp() / "tiny")
+    return family, load_model(str(path))
+
+
+def test_every_family_has_a_processor_expectation():
+    assert set(PROCESSORS) == set(FAMILIES)
+
+
+def test_loads_by_path_with_its_real_classes(family_model):
+    family, model = family_model
+    assert type(model.processor).__name__ == PROCESSORS[family]
+    assert model.adapter.model_types and model.model.config.model_type in model.adapter.model_types
+    assert model.supports_images
+    template = model.processor.chat_template
+    # PaliGemma publishes none; Phi-4's processor loses its template on load while its tokenizer keeps it
+    assert (template is None) == (family in ("paligemma", "phi4_multimodal"))
+    if family == "phi4_multimodal":
+        assert model.tokenizer.chat_template and model.render(mixed_prompts(model)[0]).startswith("<|user|><|image|>")
+    saved = json.loads((Path(model.model.config._name_or_path) / "config.json").read_text())
+    assert saved["model_type"] == model.model.config.model_type  # loaded from the folder, as a download would be
+
+
+@pytest.mark.parametrize("check", [c for c in CHECKS if c != "engine exact"])
+def test_check(family_model, check):
+    family, model = family_model
+    result = CHECKS[check](model)
+    if result.ok is None:
+        assert check == "video" and not FAMILIES[family].video, result.detail
+        return
+    assert result.ok, f"{family} / {check}: {result.detail}"
+
+
+def test_engine_exact_or_refuses_with_reason(family_model):
+    family, model = family_model
+    result = CHECKS["engine exact"](model)
+    if family in ENGINE_REFUSES:
+        assert result.ok is None and ENGINE_REFUSES[family] in result.detail
+    else:
+        assert result.ok, f"{family}: {result.detail}"
+
+
+def test_study_item_builders_run_on_every_family(family_model, tmp_path):
+    """Format-bias items (engine path, falling back with a warning where it refuses), Promptception items and a
+    judge prompt all run end to end."""
+    import pandas as pd
+
+    from mmfragile.evaluate import format_bias_items, run_items
+    from mmfragile.prompts.formats import PromptFormat
+    from mmfragile.prompts.judge import score_prompt
+    from mmfragile.store import ResultStore
+    from mmfragile.studies.promptception import promptception_items
+
+    family, model = family_model
+    img = sample_images(1)[0]
+    path = tmp_path / "q.png"
+    img.save(path)
+    qs = pd.DataFrame([{"dataset": "t", "question_id": "q1", "question": "What colour dominates?",
+                        "options": ["red", "green", "blue"], "answer": 1, "images": [str(path)],
+                        "category": "colour", "modality": "image"}])
+    fmts = [PromptFormat.from_name(n) for n in ("uppercase-dot-line_break", "numbers-double_brackets-comma")]
+    items = format_bias_items(model, qs, formats=fmts, include_standard=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = run_items(model, items, ResultStore(tmp_path / "fb"), progress=False)
+    assert len(res) == len(items) == 2 * 3 and res.covered.notna().all()
+    assert res.option_logits.map(len).eq(3).all()  # engine or fallback: logits stored for every row
+    pc = promptception_items(model, qs, prompt_ids=["1.1", "5.2"], max_new_tokens=4)
+    outs = model.generate([it.prompt for it in pc], max_new_tokens=4)
+    assert len(outs) == len(pc) == 2
+    judge = score_prompt("What colour dominates?", "Green.", images=[str(path)])
+    assert isinstance(model.generate([judge], max_new_tokens=3)[0], str)
+
+
+def test_engine_refusal_falls_back_to_exact_generate_with_a_warning(tmp_path_factory):
+    from mmfragile.engine import PrefixSharingEngine
+    from mmfragile.evaluate import EvalItem, run_items
+    from mmfragile.store import ResultStore
+
+    model = load_model(str(build_tiny("paligemma", root=tmp_path_factory.getbasetemp() / "tiny")))
+    with pytest.raises(EngineInexact, match="bidirectionally"):
+        PrefixSharingEngine(model)
+    ps = engine_variants([sample_images(1)[0]])
+    items = [EvalItem({"dataset": "d", "question_id": "q", "variant": str(i)}, p, ["A", "B"], "A", 2)
+             for i, p in enumerate(ps)]
+    with pytest.warns(UserWarning, match="engine not used"):
+        res = run_items(model, items, ResultStore(tmp_path_factory.mktemp("pg")), progress=False)
+    assert res.sort_values("variant").raw_output.tolist() == model.generate(ps, max_new_tokens=2)
+    with pytest.raises(EngineInexact):
+        run_items(model, items, ResultStore(tmp_path_factory.mktemp("pg2")), mode="engine", progress=False)
+
+
+def test_engine_refuses_rows_beyond_a_sliding_window(tmp_path_factory):
+    """Gemma-3's local layers see a window of cache slots: padding between prefix and tail would shift it, so
+    the engine refuses rows that reach past the window instead of approximating."""
+    from mmfragile.engine import PrefixSharingEngine
+
+    model = load_model(str(build_tiny("gemma3", root=tmp_path_factory.getbasetemp() / "tiny")))
+    old = model.model.config.text_config.sliding_window
+    try:
+        model.model.config.text_config.sliding_window = 16
+        with pytest.raises(EngineInexact, match="sliding-window"):
+            PrefixSharingEngine(model).run_group(engine_variants([sample_images(1)[0]]), [["A", "B"]] * 6, 1)
+    finally:
+        model.model.config.text_config.sliding_window = old
+
+
+def test_mixed_prompts_cover_zero_one_and_two_images(family_model):
+    family, model = family_model
+    counts = [len(p.images) for p in mixed_prompts(model)]
+    assert counts == ([1, 2, 0] if family != "paligemma" else [1, 2, 1])
