@@ -147,3 +147,45 @@ def test_mixed_prompts_cover_zero_one_and_two_images(family_model):
     family, model = family_model
     counts = [len(p.images) for p in mixed_prompts(model)]
     assert counts == ([1, 2, 0] if family != "paligemma" else [1, 2, 1])
+
+
+def test_remote_code_checkpoints_need_trust_remote_code_and_run_through_the_generic_path(tmp_path_factory):
+    """Phi-3.5-vision, MiniCPM-V and Molmo ship their own modeling code (config.json ``auto_map``). Offline we can
+    test the mechanism: a checkpoint whose classes live in the folder loads only with trust_remote_code=True, runs
+    generate / option_logits like the built-in class it wraps, and the engine refuses it with the reason."""
+    import shutil
+
+    from mmfragile.engine import engine_refusal
+
+    src = build_tiny("llava", root=tmp_path_factory.getbasetemp() / "tiny")
+    path = tmp_path_factory.mktemp("remote") / "tiny-remote"
+    shutil.copytree(src, path)
+    (path / "configuration_tiny_remote.py").write_text(
+        "from transformers import LlavaConfig\n\n\nclass TinyRemoteConfig(LlavaConfig):\n"
+        "    model_type = 'tiny_remote_llava'\n")
+    (path / "modeling_tiny_remote.py").write_text(
+        "from transformers import LlavaForConditionalGeneration\n\nfrom .configuration_tiny_remote import "
+        "TinyRemoteConfig\n\n\nclass TinyRemoteForCausalLM(LlavaForConditionalGeneration):\n"
+        "    config_class = TinyRemoteConfig\n")
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(model_type="tiny_remote_llava", architectures=["TinyRemoteForCausalLM"],
+               auto_map={"AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
+                         "AutoModelForCausalLM": "modeling_tiny_remote.TinyRemoteForCausalLM"})
+    (path / "config.json").write_text(json.dumps(cfg))
+    builtin = load_model(str(src))
+    # the built-in checkpoint's key layout is llava's: give the remote class the same weights in its own layout
+    from transformers import AutoModelForCausalLM
+
+    own = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+    own.load_state_dict(builtin.model.state_dict())
+    own.save_pretrained(path)
+
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        load_model(str(path))
+    remote = load_model(str(path), trust_remote_code=True)
+    assert type(remote.model).__name__ == "TinyRemoteForCausalLM"
+    assert "remote code" in engine_refusal(remote)
+    ps = mixed_prompts(builtin)
+    assert remote.generate(ps, max_new_tokens=3) == builtin.generate(ps, max_new_tokens=3)
+    np.testing.assert_allclose(np.stack(remote.option_logits(ps, [["A", "B"]] * 2)),
+                               np.stack(builtin.option_logits(ps, [["A", "B"]] * 2)), atol=1e-5)

@@ -41,10 +41,14 @@ def _byte_vocab() -> dict[str, int]:
     return {ch: i for i, ch in enumerate(sorted(bytes_to_unicode().values()))}
 
 
+PRINTABLE = [chr(c) for c in range(33, 127)]
+
+
 def _char_vocab(specials: list[str]) -> dict[str, int]:
-    """SentencePiece-style vocabulary: specials, byte-fallback tokens <0xNN>, '▁' and printable ASCII."""
-    toks = list(dict.fromkeys(specials)) + [f"<0x{i:02X}>" for i in range(256)] + ["▁"]
-    toks += [chr(c) for c in range(33, 127)]
+    """SentencePiece-style vocabulary: specials, byte-fallback tokens <0xNN>, '▁', printable ASCII and '▁' + each
+    printable character (so " A" / a leading "A" is one token, as in the real Llama / Gemma vocabularies)."""
+    toks = list(dict.fromkeys(specials)) + [f"<0x{i:02X}>" for i in range(256)] + ["▁"] + PRINTABLE
+    toks += ["▁" + c for c in PRINTABLE]
     return {t: i for i, t in enumerate(dict.fromkeys(toks))}
 
 
@@ -61,7 +65,7 @@ def make_tokenizer(kind: str, specials: dict[str, str], extra: list[str] = (), n
     all_special = list(dict.fromkeys([*specials.values(), *extra, *named.values()]))
     cls = getattr(transformers, kind)
     if kind in ("GemmaTokenizer", "LlamaTokenizer"):
-        tok = cls(vocab=_char_vocab(all_special), merges=[], **specials, **kwargs)
+        tok = cls(vocab=_char_vocab(all_special), merges=[("▁", c) for c in PRINTABLE], **specials, **kwargs)
     else:
         vocab = _byte_vocab()
         tok = cls(vocab=vocab, merges=[], **specials, **kwargs)
