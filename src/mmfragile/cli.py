@@ -47,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--batch-size", type=int, default=32)
     f.add_argument("--flush-every", type=int, default=256, help="rows per Parquet part (smaller = less lost on a kill)")
     f.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 + standard)")
+    f.add_argument("--skip-bad-rows", action="store_true",
+                   help="leave out bad input rows (missing file, corrupt image, answer not an option, ...) instead of "
+                        "stopping; they are listed in the store's config.json under run_info.skipped_rows")
+    f.add_argument("--n-frames", type=int, default=None, help="frames per video question (video datasets)")
+    f.add_argument("--fps", type=float, default=None, help="sample video frames at this rate (capped by --n-frames)")
+    f.add_argument("--no-video-bounds", action="store_true",
+                   help="sample the whole clip even where the benchmark gives a start/end window (MVBench)")
     f.add_argument("--quiet", action="store_true")
 
     sub.add_parser("prepare", help="build the embedded models and data (no network)")
@@ -64,16 +71,26 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "formats":
         from .api import load_dataset, load_model
         from .evaluate import format_bias_items, run_items
+        from .prompts.formats import PromptFormat
         from .store import ResultStore
+        from .studies.format_bias import run_config, run_info, video_settings
 
         model = load_model(a.model)
-        qs = load_dataset(a.dataset, n=a.n)
-        store = ResultStore(a.out, config={"study": "format-bias", "model": model.name, "dataset": a.dataset, "n": a.n,
-                                           "formats": a.formats})
-        from .prompts.formats import PromptFormat
-
+        qs = load_dataset(a.dataset, n=a.n, skip_bad_rows=a.skip_bad_rows)
         fmts = [PromptFormat.from_name(n) for n in a.formats.split(",")] if a.formats else None
-        items = format_bias_items(model, qs, formats=fmts)
+        bounds = not a.no_video_bounds
+        skipped: list[dict] | None = [] if a.skip_bad_rows else None
+        items = format_bias_items(model, qs, formats=fmts, n_frames=a.n_frames, fps=a.fps, video_bounds=bounds,
+                                  skipped=skipped)
+        cfg = run_config(model.name, a.dataset, a.n, a.formats.split(",") if a.formats else None,
+                         video=video_settings(qs, a.n_frames, a.fps, bounds))
+        info = run_info(qs, skipped or [])
+        store = ResultStore(a.out, config=cfg, run_info=info)
+        if info["skipped_rows"]:
+            print(f"skipped {len(info['skipped_rows'])} bad row(s) (listed in {store.root / 'config.json'}):",
+                  file=sys.stderr)
+            for r in info["skipped_rows"][:10]:
+                print(f"  {r['reason']}", file=sys.stderr)
         res = run_items(model, items, store, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every,
                         progress=not a.quiet)
         acc = res.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
