@@ -211,7 +211,8 @@ def test_mmmu_pro_settings_keep_markers_and_image_order(tmp_path):
     assert vis.question.tolist() == ["", "", ""] and vis.options_in_image.all() and vis.images.map(len).eq(1).all()
     bad = fx.write_mmmu_pro(tmp_path / "bad", bad_rows=True)
     shard = tmp_path / "bad" / "standard (4 options)" / "test-00000-of-00001.parquet"
-    with pytest.raises(DataError, match=rf"{re.escape(str(shard))}, row 3 \(index=test_Art_9\): the text names <image 3>"):
+    msg = rf"{re.escape(str(shard))}, row 3 \(index=test_Art_9\): the text names <image 3>"
+    with pytest.raises(DataError, match=msg):
         load_dataset(bad)
     skipped = skipped_rows(load_dataset(bad, skip_bad_rows=True))
     assert [(r["file"], r["row"]) for r in skipped] == [(str(shard), 3), (str(shard), 4)]

@@ -209,7 +209,8 @@ def write_mme_realworld_lite(root: str | Path, bad_rows: bool = False, fmt: str 
     else:
         (root / "data").mkdir(exist_ok=True)
         f = root / "data" / "train-00000-of-00001.parquet"
-        pd.DataFrame([{**{k: v for k, v in r.items() if k != "image"}, "bytes": r["image"]} for r in rows]).to_parquet(f)
+        lmms = [{**{k: v for k, v in r.items() if k != "image"}, "bytes": r["image"]} for r in rows]
+        pd.DataFrame(lmms).to_parquet(f)
     return f"mme-realworld-lite:{f}"
 
 
@@ -221,20 +222,22 @@ def write_mmmu_pro(root: str | Path, bad_rows: bool = False) -> str:
         {"id": "test_Art_1", "question": "<image 1> shows a square. Which colour is it?", "options": str(NAMES),
          "explanation": "", "image_1": img(0), "img_type": "['Paintings']", "answer": "A",
          "topic_difficulty": "Easy", "subject": "Art"},
-        {"id": "test_Design_2", "question": "Compare <image 1> and <image 2>: which one shows the colour of <image 2>?",
+        {"id": "test_Design_2",
+         "question": "Compare <image 1> and <image 2>: which one shows the colour of <image 2>?",
          "options": str(["<image 1>", "<image 2>", "neither", "both"]), "explanation": "", "image_1": img(1),
          "image_2": img(2), "img_type": "['Diagrams']", "answer": "B", "topic_difficulty": "Medium",
          "subject": "Design"},
-        {"id": "test_Math_3", "question": "Which option is right?", "options": str(["<image 1>", "<image 2>", "x", "y"]),
-         "explanation": "", "image_1": img(3), "image_2": img(4), "img_type": "['Plots']", "answer": "C",
-         "topic_difficulty": "Hard", "subject": "Math"},
+        {"id": "test_Math_3", "question": "Which option is right?",
+         "options": str(["<image 1>", "<image 2>", "x", "y"]), "explanation": "", "image_1": img(3),
+         "image_2": img(4), "img_type": "['Plots']", "answer": "C", "topic_difficulty": "Hard", "subject": "Math"},
     ]
     if bad_rows:
         std.append({**std[0], "id": "test_Art_9", "question": "What is in <image 3>?"})  # names a missing image
         std.append({**std[1], "id": "test_Design_9", "image_1": None})                  # gap: image_2 without image_1
-    ten = [{**r, "options": str(list(ast.literal_eval(r["options"])) + [f"distractor {k}" for k in range(6)])} for r in std]
-    vision = [{"id": r["id"], "image": img(10 + k), "options": list(ast.literal_eval(r["options"])) + [f"d{j}" for j in range(6)],
-               "answer": r["answer"], "subject": r["subject"]} for k, r in enumerate(std[:3])]
+    more = lambda r, tag: list(ast.literal_eval(r["options"])) + [f"{tag} {k}" for k in range(6)]  # noqa: E731
+    ten = [{**r, "options": str(more(r, "distractor"))} for r in std]
+    vision = [{"id": r["id"], "image": img(10 + k), "options": more(r, "d"), "answer": r["answer"],
+               "subject": r["subject"]} for k, r in enumerate(std[:3])]
     if bad_rows:
         vision.append({**vision[0], "id": "test_Art_9", "answer": "K"})  # 10 options: A-J
     for folder, rows in (("standard (4 options)", std), ("standard (10 options)", ten), ("vision", vision)):

@@ -69,13 +69,17 @@ def check_image_bytes(data: bytes, where: str) -> str:
     return fmt
 
 
+#: File suffixes of the cache, most frequent first (PIL format name; JPEG as "jpg").
+_COMMON_EXTS = ("jpg", "png", "webp", "gif", "bmp", "tiff", "mpo")
+
+
 def store_image_bytes(data: bytes, where: str, dataset: str) -> str:
     """Write image bytes once (content-addressed) and return the file's path; checked on first write."""
     digest = hashlib.sha256(data).hexdigest()[:24]
     folder = cache_dir("images", dataset)
-    for existing in folder.glob(f"{digest}.*"):
-        if existing.suffix != ".tmp":
-            return str(existing)
+    for ext in _COMMON_EXTS:  # a few stat calls, not a scan of a folder of thousands of images
+        if (folder / f"{digest}.{ext}").is_file():
+            return str(folder / f"{digest}.{ext}")
     fmt = check_image_bytes(data, where)
     path = folder / f"{digest}.{'jpg' if fmt == 'jpeg' else fmt}"
     tmp = path.with_name(f".{path.name}.tmp")

@@ -19,10 +19,13 @@ either of two shapes:
   ``prompt`` for ``query``; ``image``/``image_path``/``image_paths`` for ``images``; ``answer``/
   ``output`` for ``response``; ``score``/``rating`` for ``gold_score``. Unknown keys go to meta.
 
-* **paired** - the released MM-JudgeBias records (HF ``naver-ai/MM-JudgeBias`` exported to
-  JSON/JSONL): ``id, bias_type, bias_category, task_type, domain_type, difficulty,
+* **paired** - the released MM-JudgeBias records: HF ``naver-ai/MM-JudgeBias`` (split ``test``; the
+  ``datasets`` parquet export ``data/test-*.parquet``, or JSON/JSONL), with the fields of the authors'
+  ``mm_judgebias/data.py`` ``Sample``: ``id, bias_type, bias_category, task_type, domain_type, difficulty,
   unbiased_source, biased_source, response, unbiased_instruction, biased_instruction,
-  unbiased_image, biased_image``. Each record gives two samples with the same ``sample_id``
+  unbiased_image, biased_image`` (image cells: HF Image structs ``{"bytes", "path"}``, null for restricted
+  sources). The parquet file name is the ``datasets`` default, inferred: the repository names only the
+  dataset id and split. Each record gives two samples with the same ``sample_id``
   (``str(id)``): the unbiased one (``meta["perturbation"] = "original"``) and the biased one
   (``meta["perturbation"] = bias_type``). The benchmark has no gold score (BD/BC compare a
   judge's unbiased and biased scores, Sec. 3.2), so ``gold_score`` is None. Images that ship as
@@ -50,7 +53,8 @@ from mmfragile.data.images import store_image_bytes
 from mmfragile.perturbations import UNPERTURBED, JudgeSample, image_sha256
 from mmfragile.schema import DataError, check_image
 
-__all__ = ["make_judge_set", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS", "SHAPES", "BACKGROUNDS"]
+__all__ = ["make_judge_set", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS",
+           "SHAPES", "BACKGROUNDS"]
 
 #: ``meta["dataset"]`` of samples read from the released (paired) records.
 RELEASE_DATASET = "mm-judgebias"

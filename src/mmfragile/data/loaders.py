@@ -96,7 +96,7 @@ from typing import Any, Callable, Iterator
 
 import pandas as pd
 
-from ..schema import (QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question, questions_frame)
+from ..schema import QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question
 from .images import image_field
 
 LETTERS = string.ascii_uppercase
@@ -107,10 +107,8 @@ LETTERS = string.ascii_uppercase
 class _Collector:
     """Questions of one load, checked row by row; bad rows raise or are recorded (``skip_bad_rows``)."""
 
-    dataset: str
     skip_bad_rows: bool = False
     n: int | None = None
-    check_images: bool = True
     rows: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
     seen: dict[str, str] = field(default_factory=dict)
@@ -129,7 +127,7 @@ class _Collector:
             self.skipped.append({"file": str(file), "row": int(row), "reason": str(e)})
 
     def add(self, q: MCQuestion, file: str | Path, row: int, where: str, **extra: Any) -> None:
-        check_question(q, where, self.check_images)
+        check_question(q, where)
         if q.question_id in self.seen:
             raise DataError(f"{where}: duplicate question_id {q.question_id!r} (first at {self.seen[q.question_id]})")
         self.seen[q.question_id] = where
@@ -137,7 +135,8 @@ class _Collector:
 
     def frame(self, source: str | Path) -> pd.DataFrame:
         if not self.rows:
-            why = f"; all {len(self.skipped)} rows read were bad, e.g. {self.skipped[0]['reason']}" if self.skipped else ""
+            why = (f"; all {len(self.skipped)} rows read were bad, e.g. {self.skipped[0]['reason']}"
+                   if self.skipped else "")
             raise DataError(f"{source}: no questions loaded{why}")
         df = pd.DataFrame(self.rows)
         df = df[QUESTION_COLUMNS + [c for c in df.columns if c not in QUESTION_COLUMNS]].reset_index(drop=True)
@@ -296,7 +295,7 @@ def load_aokvqa(annotation_file: str | Path, coco_dir: str | Path | None = None,
     m = re.search(r"aokvqa_v\d+p\d+_(\w+?)\.json$", f.name)
     split = m.group(1) if m else "val"
     coco = Path(coco_dir) if coco_dir else f.parent
-    col = _Collector("a-okvqa", skip_bad_rows, n)
+    col = _Collector(skip_bad_rows, n)
     for i, r in _json_records(f):
         if col.full:
             break
@@ -329,7 +328,7 @@ def _mcq_table(path: Path, dataset: str, n: int | None, skip_bad_rows: bool, *,
     if missing or len(letters) < 2:
         raise DataError(f"{path}: expected the columns index, question, A, B, ..., answer, image; "
                         f"missing {missing or 'option columns'}; got {cols}")
-    col = _Collector(dataset, skip_bad_rows, n)
+    col = _Collector(skip_bad_rows, n)
     images: dict[str, str] = {}  # index -> image path, for rows that name another row's image
     pending: list[tuple[int, dict]] = []
     for _, i, rec in _table_rows(path):
@@ -443,7 +442,7 @@ def load_mmstar(path: str | Path, n: int | None = None, skip_bad_rows: bool = Fa
         raise DataError(f"MMStar file not found: {f}")
     if _letter_columns(_columns(f)):  # VLMEvalKit's MMStar.tsv: options in A..D columns
         return _mcq_table(f, "mmstar", n, skip_bad_rows)
-    col = _Collector("mmstar", skip_bad_rows, n)
+    col = _Collector(skip_bad_rows, n)
     for _, i, r in _table_rows(f):
         if col.full:
             break
@@ -468,7 +467,7 @@ def load_vstar(folder: str | Path, n: int | None = None, skip_bad_rows: bool = F
     missing = [t for t in VSTAR_TASKS if not (root / t).is_dir()]
     if missing:
         raise DataError(f"{root}: not a V*Bench folder; missing {missing} (expected {list(VSTAR_TASKS)})")
-    col = _Collector("vstar", skip_bad_rows, n)
+    col = _Collector(skip_bad_rows, n)
     for task in VSTAR_TASKS:
         for jf in sorted((root / task).glob("*.json")):
             if col.full:
@@ -523,7 +522,7 @@ def load_mme_realworld_lite(path: str | Path, images_dir: str | Path | None = No
     if not f.exists():
         raise DataError(f"MME-RealWorld-Lite file not found: {f}")
     base = Path(images_dir) if images_dir else (f if f.is_dir() else f.parent)
-    col = _Collector("mme-realworld-lite", skip_bad_rows, n)
+    col = _Collector(skip_bad_rows, n)
     for fi, i, r in _table_rows(f):
         if col.full:
             break
@@ -533,7 +532,8 @@ def load_mme_realworld_lite(path: str | Path, images_dir: str | Path | None = No
         with col.row(fi, i):
             if official:
                 raw, ans, q = r.get("Answer choices"), r.get("Ground truth"), r.get("Text")
-                img, cat, l2 = r.get("Image"), "/".join(_text(r.get(k)) for k in ("Task", "Subtask")), _text(r.get("Category"))
+                img, l2 = r.get("Image"), _text(r.get("Category"))
+                cat = "/".join(_text(r.get(k)) for k in ("Task", "Subtask"))
             else:
                 missing = [k for k in ("index", "question", "multi-choice options", "answer") if k not in r]
                 if missing:
@@ -605,7 +605,7 @@ def load_mmmu_pro(path: str | Path, setting: str | None = None, images_dir: str 
     src, setting = _mmmu_pro_source(Path(path), setting)
     dataset = f"mmmu-pro-{setting}"
     base = Path(images_dir) if images_dir else (src if src.is_dir() else src.parent)
-    col = _Collector(dataset, skip_bad_rows, n)
+    col = _Collector(skip_bad_rows, n)
     for fi, i, r in _table_rows(src):
         if col.full:
             break
@@ -682,7 +682,7 @@ def load_mvbench(root: str | Path, tasks: list[str] | None = None, n: int | None
     absent = [t for t in names if not (jdir / f"{t}.json").is_file()]
     if absent:
         raise DataError(f"{jdir}: missing task file(s) {[f'{t}.json' for t in absent]}")
-    col = _Collector("mvbench", skip_bad_rows, n)
+    col = _Collector(skip_bad_rows, n)
     for task in names:
         prefix, dtype, bounded = MVBENCH_TASKS[task]
         jf = jdir / f"{task}.json"
@@ -734,7 +734,7 @@ def load_generic(path: str | Path, dataset: str | None = None, n: int | None = N
         raise DataError(f"{p}: unsupported dataset file type {p.suffix!r} (parquet, jsonl, json)")
     name = dataset or p.stem
     base = p if p.is_dir() else p.parent
-    col = _Collector(name, skip_bad_rows, n)
+    col = _Collector(skip_bad_rows, n)
     for f, i, r in records:
         if col.full:
             break

@@ -124,8 +124,8 @@ def open_store(results_dir: str | Path, model: str, dataset: str, n: int | None,
                formats: Sequence[str] | None = None, video: Mapping[str, Any] | None = None,
                info: Mapping[str, Any] | None = None) -> ResultStore:
     """The grid store of ``model`` x ``dataset`` (created, or resumed if its config matches)."""
-    return ResultStore(store_dir(results_dir, model, dataset), config=run_config(model, dataset, n, formats, video=video),
-                       run_info=info)
+    return ResultStore(store_dir(results_dir, model, dataset),
+                       config=run_config(model, dataset, n, formats, video=video), run_info=info)
 
 
 def open_cp_ln_store(results_dir: str | Path, model: str, dataset: str, n: int | None,
