@@ -24,8 +24,8 @@ import numpy as np
 
 from ..paths import cache_dir
 from ..schema import DataError
+from .images import IMAGE_EXTS
 
-IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".gif"}
 VIDEO_EXTS = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".flv", ".mpg", ".mpeg", ".wmv", ".3gp"}
 
 
