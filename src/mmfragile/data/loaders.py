@@ -292,7 +292,7 @@ def load_aokvqa(annotation_file: str | Path, coco_dir: str | Path | None = None,
     f = Path(annotation_file)
     if not f.is_file():
         raise DataError(f"A-OKVQA annotation file not found: {f}")
-    m = re.search(r"aokvqa_v\d+p\d+_(\w+?)\.json$", f.name)
+    m = re.search(r"aokvqa_v\d+p\d+_([a-z]+)", f.name)  # val, train, test (test_w_ans: COCO's test2017)
     split = m.group(1) if m else "val"
     coco = Path(coco_dir) if coco_dir else f.parent
     col = _Collector(skip_bad_rows, n)
