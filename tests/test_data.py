@@ -101,7 +101,8 @@ def test_mmbench_tsv_base64_and_bad_answer(tmp_path, monkeypatch):
     with pytest.raises(DataError, match=r"row 1 \(index=1\): answer 'D' is not among"):
         load_mmbench(f)
     rows[1]["answer"] = "A"
-    rows[1]["image"] = base64.b64encode(b"not an image").decode()
+    # (a cell of <= 64 characters would name another row's index - VLMEvalKit's rule - so the payload is longer)
+    rows[1]["image"] = base64.b64encode(b"not an image " * 8).decode()
     pd.DataFrame(rows).to_csv(f, sep="\t", index=False)
     with pytest.raises(DataError, match=r"row 1.*corrupt"):
         load_mmbench(f)

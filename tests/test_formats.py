@@ -3,6 +3,7 @@ import pytest
 
 from mmfragile.prompts.formats import (
     DELIMITERS,
+    INFERRED_STANDARD,
     OPTION_ID_SETS,
     SEPARATORS,
     STANDARD_FORMATS,
@@ -86,7 +87,13 @@ def test_standard_formats_table5():
     assert sf["hr-bench-4k"] == sf["HRBench-4K"]
     assert sf["MME-RW-Lite"] == sf["MME-RealWorld-Lite"]
     assert sf["mmbench-dev"] == sf["MMBench"]
-    assert len(sf) == 7 and "A-OKVQA" in list(sf)
+    assert len(sf) == 11 and "A-OKVQA" in list(sf)
+    # datasets Table 5 does not print: inferred, each with its source; the loaders' names resolve
+    assert set(INFERRED_STANDARD) == {"HRBench-8K", "MMStar", "MMMU-Pro", "MVBench"}
+    assert sf["hrbench-8k"] == sf["HRBench-4K"]
+    assert sf["mmmu-pro-s4"] == sf["mmmu-pro-s10"] == sf["mvbench"] == sf["mmstar"] == PromptFormat()
+    with pytest.raises(KeyError):
+        sf["mmmu-pro-vision"]  # options in the image: no text format applies
     with pytest.raises(KeyError, match="no standard prompt format"):
         sf["imagenet"]
     assert standard_format("imagenet", default=PromptFormat()) == PromptFormat()

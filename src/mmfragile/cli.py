@@ -47,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--batch-size", type=int, default=32)
     f.add_argument("--flush-every", type=int, default=256, help="rows per Parquet part (smaller = less lost on a kill)")
     f.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 + standard)")
+    f.add_argument("--skip-bad-rows", action="store_true",
+                   help="leave out bad input rows (missing file, corrupt image, answer not an option, ...) instead of "
+                        "stopping; they are listed in the store's config.json under run_info.skipped_rows")
+    f.add_argument("--n-frames", type=int, default=None, help="frames per video question (video datasets)")
+    f.add_argument("--fps", type=float, default=None, help="sample video frames at this rate (capped by --n-frames)")
+    f.add_argument("--no-video-bounds", action="store_true",
+                   help="sample the whole clip even where the benchmark gives a start/end window (MVBench)")
     f.add_argument("--quiet", action="store_true")
 
     sub.add_parser("prepare", help="build the embedded models and data (no network)")
@@ -62,22 +69,14 @@ def main(argv: list[str] | None = None) -> int:
 
         run_grid(a.notebook, _parse_params(a.param), out_dir=a.out)
     elif a.cmd == "formats":
-        from .api import load_dataset, load_model
-        from .evaluate import format_bias_items, run_items
-        from .store import ResultStore
+        from .schema import DataError
 
-        model = load_model(a.model)
-        qs = load_dataset(a.dataset, n=a.n)
-        store = ResultStore(a.out, config={"study": "format-bias", "model": model.name, "dataset": a.dataset, "n": a.n,
-                                           "formats": a.formats})
-        from .prompts.formats import PromptFormat
-
-        fmts = [PromptFormat.from_name(n) for n in a.formats.split(",")] if a.formats else None
-        items = format_bias_items(model, qs, formats=fmts)
-        res = run_items(model, items, store, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every,
-                        progress=not a.quiet)
-        acc = res.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
-        print(acc.sort_values("correct", ascending=False).to_string())
+        try:
+            return _formats(a)
+        except DataError as e:  # bad input: say which file and row, and what to do about it
+            hint = "" if a.skip_bad_rows else "\n(--skip-bad-rows leaves bad rows out and lists them in config.json)"
+            print(f"error: {e}{hint}", file=sys.stderr)
+            return 2
     elif a.cmd == "prepare":
         from .data.synthetic import make_synthetic_vqa
         from .models.embedded import EMBEDDED_MODELS, embedded_model_path
@@ -85,6 +84,41 @@ def main(argv: list[str] | None = None) -> int:
         for name in EMBEDDED_MODELS:
             print(name, embedded_model_path(name))
         print("synthetic-vqa:", len(make_synthetic_vqa(0)), "questions")
+    return 0
+
+
+def _formats(a: argparse.Namespace) -> int:
+    """``mmfragile formats``: load, build the grid's items, run them into the store, print the table."""
+    from .api import load_dataset, load_model
+    from .evaluate import format_bias_items, run_items
+    from .prompts.formats import PromptFormat
+    from .store import ResultStore
+    from .studies.format_bias import run_config, run_info, video_settings
+
+    model = load_model(a.model)
+    qs = load_dataset(a.dataset, n=a.n, skip_bad_rows=a.skip_bad_rows)
+    fmts = [PromptFormat.from_name(n) for n in a.formats.split(",")] if a.formats else None
+    bounds = not a.no_video_bounds
+    skipped: list[dict] | None = [] if a.skip_bad_rows else None
+    items = format_bias_items(model, qs, formats=fmts, n_frames=a.n_frames, fps=a.fps, video_bounds=bounds,
+                              skipped=skipped)
+    cfg = run_config(model.name, a.dataset, a.n, a.formats.split(",") if a.formats else None,
+                     video=video_settings(qs, a.n_frames, a.fps, bounds))
+    info = run_info(qs, skipped or [])
+    store = ResultStore(a.out, config=cfg, run_info=info)
+    if info["skipped_rows"]:
+        print(f"skipped {len(info['skipped_rows'])} bad row(s) (listed in {store.root / 'config.json'}):",
+              file=sys.stderr)
+        for r in info["skipped_rows"][:10]:
+            print(f"  {r['reason']}", file=sys.stderr)
+    if not items:
+        print(f"nothing to run: none of the {len(qs)} question(s) could be put in a prompt format "
+              f"(see run_info in {store.root / 'config.json'})", file=sys.stderr)
+        return 1
+    res = run_items(model, items, store, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every,
+                    progress=not a.quiet)
+    acc = res.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
+    print(acc.sort_values("correct", ascending=False).to_string())
     return 0
 
 

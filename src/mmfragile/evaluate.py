@@ -19,11 +19,12 @@ from typing import Any, Callable, Iterable, Sequence
 import pandas as pd
 from tqdm.auto import tqdm
 
+from .data.video import question_frames
 from .engine import EngineInexact, PrefixSharingEngine, engine_refusal
 from .models.base import MLLM, Prompt
 from .prompts.formats import (PromptFormat, all_formats, build_mc_prompt, circular_shifts, score_exact_match,
                               standard_format)
-from .schema import MCQuestion
+from .schema import DataError, MCQuestion, bad_row, options_in_image, row_where
 from .store import ResultStore
 
 
@@ -132,33 +133,71 @@ def _chunks(items: Sequence[EvalItem], by_group: bool, batch_size: int) -> Itera
 # ---------------------------------------------------------------------------------------------- study 1
 def format_bias_items(model: MLLM, questions: pd.DataFrame, formats: Sequence[PromptFormat] | None = None,
                       circular: bool = True, instruction: str | None = "paper", include_standard: bool = True,
-                      system: str | None = None) -> list[EvalItem]:
+                      system: str | None = None, n_frames: int | None = None, fps: float | None = None,
+                      video_bounds: bool = True, skipped: list[dict] | None = None) -> list[EvalItem]:
     """Items of the format-bias grid: every question x format x circular shift (Sec. 4.1).
 
     ``formats`` defaults to the 48 of Table 1; ``include_standard`` adds the dataset's standard format
     (Table 5) as variant ``standard`` (the reference prompt of the confidence analysis, Sec. 5.3).
-    ``max_new_tokens`` is the longest tokenized option ID of the format (Sec. A.4)."""
+    ``max_new_tokens`` is the longest tokenized option ID of the format (Sec. A.4).
+
+    Video questions (the paper has none): a question whose ``images`` is one video file / frame folder
+    is shown as ``n_frames`` frames (or frames at ``fps``) from :func:`mmfragile.data.video.question_frames`,
+    inside the benchmark's own time window when ``video_bounds`` (MVBench's start/end); one of the two
+    must be given for such questions. A question whose options are in the image (MMMU-Pro vision) cannot
+    be put in a text prompt format and is refused.
+
+    A question that cannot be turned into items (more options than an ID set has, an unreadable video,
+    options in the image) raises :class:`~mmfragile.schema.DataError` naming its file and row - or, with a
+    ``skipped`` list, is appended to it as ``{"file", "row", "reason"}`` and left out."""
     formats = list(formats) if formats is not None else all_formats()
     items: list[EvalItem] = []
     id_len_cache: dict[tuple, int] = {}
     for rec in questions.to_dict("records"):
         q = MCQuestion.from_row(rec)
-        fmts = [(f, f.name) for f in formats]
-        if include_standard:
-            fmts.append((standard_format(q.dataset), "standard"))
-        for fmt, fname in fmts:
-            for shift in (circular_shifts(len(q.options)) if circular else [0]):
-                fp = build_mc_prompt(q, fmt, shift=shift, instruction=instruction)
-                ids = tuple(fp.option_ids)
-                if ids not in id_len_cache:
-                    id_len_cache[ids] = model.max_id_tokens(ids)
-                items.append(EvalItem(
-                    key={"dataset": q.dataset, "question_id": q.question_id, "variant": f"{fname}|s{shift}",
-                         "format": fname, "option_id_set": fmt.option_ids, "delimiter": fmt.delimiter,
-                         "separator": fmt.separator, "shift": shift, "n_options": len(q.options),
-                         "category": q.category, "modality": q.modality},
-                    prompt=fp.to_prompt(system=system), option_ids=list(fp.option_ids), answer_id=fp.answer_id,
-                    max_new_tokens=id_len_cache[ids]))
+        try:
+            new = _question_format_items(model, q, rec, formats, circular, instruction, include_standard, system,
+                                         n_frames, fps, video_bounds, id_len_cache)
+        except DataError as e:
+            if skipped is None:
+                raise
+            skipped.append(bad_row(rec, e))
+            continue
+        items += new
     # keep one group's items together and sorted by generation length so the engine sees whole groups
     items.sort(key=lambda it: (it.group, it.max_new_tokens))
     return items
+
+
+def _question_format_items(model, q, rec, formats, circular, instruction, include_standard, system, n_frames, fps,
+                           video_bounds, id_len_cache) -> list[EvalItem]:
+    where = row_where(rec)
+    if options_in_image(rec):
+        raise DataError(f"{where}: the options are in the image (MMMU-Pro vision setting); a prompt format "
+                        "cannot be applied to them")
+    images = list(q.images)
+    if q.modality == "video" and images:
+        images = question_frames(rec, n_frames=n_frames, fps=fps, use_bounds=video_bounds, require_budget=True)
+    out: list[EvalItem] = []
+    fmts = [(f, f.name) for f in formats]
+    if include_standard:
+        fmts.append((standard_format(q.dataset), "standard"))
+    for fmt, fname in fmts:
+        for shift in (circular_shifts(len(q.options)) if circular else [0]):
+            try:
+                fp = build_mc_prompt(q, fmt, shift=shift, instruction=instruction)
+            except DataError as e:
+                raise DataError(f"{where}: {e}") from e
+            ids = tuple(fp.option_ids)
+            if ids not in id_len_cache:
+                id_len_cache[ids] = model.max_id_tokens(ids)
+            prompt = fp.to_prompt(system=system)
+            prompt.images = list(images)
+            out.append(EvalItem(
+                key={"dataset": q.dataset, "question_id": q.question_id, "variant": f"{fname}|s{shift}",
+                     "format": fname, "option_id_set": fmt.option_ids, "delimiter": fmt.delimiter,
+                     "separator": fmt.separator, "shift": shift, "n_options": len(q.options),
+                     "category": q.category, "modality": q.modality},
+                prompt=prompt, option_ids=list(fp.option_ids), answer_id=fp.answer_id,
+                max_new_tokens=id_len_cache[ids]))
+    return out

@@ -2,7 +2,8 @@
 
 A store is a folder::
 
-    <root>/config.json          the run's configuration (checked on resume)
+    <root>/config.json          the run's configuration (checked on resume); its ``run_info`` entry
+                                (e.g. the bad input rows a run left out) is rewritten by every run, not checked
     <root>/parts/part-*.parquet one file per flushed batch, each written atomically (tmp + rename)
 
 Rows are keyed by ``key_columns`` (by default model, dataset, question_id, variant). A run asks the
@@ -31,27 +32,47 @@ def _canonical(obj: Any) -> Any:
     return json.loads(json.dumps(obj, sort_keys=True, default=str))
 
 
+RUN_INFO = "run_info"
+
+
 class ResultStore:
+    """``run_info`` (optional): facts about this run that do not change any row's value - e.g. the bad input
+    rows it left out (``skipped_rows``) - stored in config.json under ``"run_info"``, replaced by each run
+    that passes one and ignored by the resume check."""
+
     def __init__(self, root: str | Path, config: Mapping[str, Any] | None = None,
-                 key_columns: Sequence[str] = DEFAULT_KEY):
+                 key_columns: Sequence[str] = DEFAULT_KEY, run_info: Mapping[str, Any] | None = None):
         self.root = Path(root)
         self.parts = self.root / "parts"
         self.parts.mkdir(parents=True, exist_ok=True)
         self.key_columns = list(key_columns)
         cfg_file = self.root / "config.json"
         if config is not None:
-            config = _canonical({**config, "key_columns": self.key_columns})
-            if cfg_file.exists():
-                old = json.loads(cfg_file.read_text())
+            config = _canonical({**{k: v for k, v in config.items() if k != RUN_INFO}, "key_columns": self.key_columns})
+            stored = json.loads(cfg_file.read_text()) if cfg_file.exists() else None
+            if stored is not None:
+                old = {k: v for k, v in stored.items() if k != RUN_INFO}
                 diff = {k: (old.get(k), config.get(k)) for k in set(old) | set(config) if old.get(k) != config.get(k)}
                 if diff:
                     raise ConfigMismatch(f"{cfg_file}: the store was created with another configuration; "
                                          f"differences (stored, requested): {diff}. Use a new output folder.")
-            else:
-                tmp = cfg_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
-                tmp.replace(cfg_file)
+            if stored is None or run_info is not None:
+                info = _canonical(dict(run_info)) if run_info is not None else (stored or {}).get(RUN_INFO)
+                self._write_config({**config, **({RUN_INFO: info} if info is not None else {})})
         self._done: set[tuple] | None = None
+
+    def set_run_info(self, info: Mapping[str, Any]) -> None:
+        """Replace the ``run_info`` entry of config.json (see the class docstring)."""
+        cfg = self.config
+        if not cfg:
+            raise FileNotFoundError(f"{self.root}: no config.json to record run_info in")
+        self._write_config({**cfg, RUN_INFO: _canonical(dict(info))})
+
+    def _write_config(self, config: Mapping[str, Any]) -> None:
+        cfg_file = self.root / "config.json"
+        tmp = cfg_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
+        tmp.replace(cfg_file)
 
     @property
     def config(self) -> dict:

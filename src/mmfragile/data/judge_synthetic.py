@@ -19,10 +19,13 @@ either of two shapes:
   ``prompt`` for ``query``; ``image``/``image_path``/``image_paths`` for ``images``; ``answer``/
   ``output`` for ``response``; ``score``/``rating`` for ``gold_score``. Unknown keys go to meta.
 
-* **paired** - the released MM-JudgeBias records (HF ``naver-ai/MM-JudgeBias`` exported to
-  JSON/JSONL): ``id, bias_type, bias_category, task_type, domain_type, difficulty,
+* **paired** - the released MM-JudgeBias records: HF ``naver-ai/MM-JudgeBias`` (split ``test``; the
+  ``datasets`` parquet export ``data/test-*.parquet``, or JSON/JSONL), with the fields of the authors'
+  ``mm_judgebias/data.py`` ``Sample``: ``id, bias_type, bias_category, task_type, domain_type, difficulty,
   unbiased_source, biased_source, response, unbiased_instruction, biased_instruction,
-  unbiased_image, biased_image``. Each record gives two samples with the same ``sample_id``
+  unbiased_image, biased_image`` (image cells: HF Image structs ``{"bytes", "path"}``, null for restricted
+  sources). The parquet file name is the ``datasets`` default, inferred: the repository names only the
+  dataset id and split. Each record gives two samples with the same ``sample_id``
   (``str(id)``): the unbiased one (``meta["perturbation"] = "original"``) and the biased one
   (``meta["perturbation"] = bias_type``). The benchmark has no gold score (BD/BC compare a
   judge's unbiased and biased scores, Sec. 3.2), so ``gold_score`` is None. Images that ship as
@@ -46,11 +49,15 @@ from typing import Any, Iterator
 import numpy as np
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
+from mmfragile.data.images import store_image_bytes
 from mmfragile.perturbations import UNPERTURBED, JudgeSample, image_sha256
 from mmfragile.schema import DataError, check_image
 
-__all__ = ["make_judge_set", "load_judge_dir", "MANIFEST_NAME", "COLORS", "SHAPES", "BACKGROUNDS"]
+__all__ = ["make_judge_set", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS",
+           "SHAPES", "BACKGROUNDS"]
 
+#: ``meta["dataset"]`` of samples read from the released (paired) records.
+RELEASE_DATASET = "mm-judgebias"
 #: File name of the manifest :func:`make_judge_set` writes next to its images.
 MANIFEST_NAME = "judge_set.jsonl"
 
@@ -266,7 +273,20 @@ def _looks_like_record(rec: Any) -> bool:
 
 
 def _iter_records(path: Path) -> Iterator[tuple[int, str, dict]]:
-    """(row, where, record) for every record of a .json/.jsonl file; DataError on malformed content."""
+    """(row, where, record) for every record of a .json/.jsonl/.parquet file; DataError on malformed content.
+    Parquet (the HF ``datasets`` export of the release) is read in small batches: image cells stay bytes."""
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            row = 0
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=16):
+                for rec in batch.to_pylist():
+                    yield row, f"{path}, row {row}", rec
+                    row += 1
+        except (OSError, ValueError) as e:
+            raise DataError(f"{path}: not a readable parquet file: {e}") from e
+        return
     if path.suffix.lower() == ".jsonl":
         with open(path, encoding="utf-8") as f:
             row = 0
@@ -326,6 +346,13 @@ def _resolve_path(p: str, base: Path, images_dir: Path | None, where: str) -> Pa
     raise DataError(f"{where}: image file not found: {p!r} (tried {', '.join(str(t) for t in tried)})")
 
 
+def _b64(data: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise DataError(f"{where}: undecodable image bytes: {e}") from e
+
+
 def _decode_bytes(data: Any, where: str) -> Image.Image:
     try:
         raw = base64.b64decode(data, validate=True) if isinstance(data, str) else bytes(data)
@@ -351,7 +378,12 @@ def _load_images(value: Any, field: str, base: Path, images_dir: Path | None, wh
         w = f"{where}, field {field!r}" + (f"[{k}]" if isinstance(value, (list, tuple)) else "")
         if isinstance(entry, dict):
             if entry.get("bytes"):
-                images.append(_decode_bytes(entry["bytes"], w))
+                if load:
+                    images.append(_decode_bytes(entry["bytes"], w))
+                else:  # keep a path, not pixels: the bytes go to the content-addressed image cache
+                    data = entry["bytes"]
+                    raw = _b64(data, w) if isinstance(data, str) else bytes(data)
+                    paths.append(store_image_bytes(raw, w, "mm-judgebias"))
                 continue
             entry = entry["path"]
         if not isinstance(entry, str):
@@ -452,6 +484,7 @@ def _paired(rec: dict, where: str, file: Path, row: int, images_dir: Path | None
                             f"{images_dir}; restricted-source images must be reconstructed first "
                             f"(or pass strict_images=False to load it as text-only)")
         meta = dict(common)
+        meta.setdefault("dataset", RELEASE_DATASET)
         meta["role"] = role
         meta["perturbation"] = UNPERTURBED if role == "unbiased" else bias
         if paths:
@@ -463,46 +496,77 @@ def _paired(rec: dict, where: str, file: Path, row: int, images_dir: Path | None
 
 
 def load_judge_dir(path: str | Path, *, images_dir: str | Path | None = None, load_images: bool = True,
-                   strict_images: bool = True) -> list[JudgeSample]:
-    """Load judge samples from a ``.json``/``.jsonl`` file or every such file directly inside a folder.
+                   strict_images: bool = True, n: int | None = None,
+                   skipped: list[dict] | None = None) -> list[JudgeSample]:
+    """Load judge samples from a ``.json``/``.jsonl``/``.parquet`` file or every such file directly inside a
+    folder (the released HF export is ``data/test-*.parquet``).
 
     See the module docstring for the two record shapes. ``load_images=False`` only checks that
     image files exist and decode (:func:`mmfragile.schema.check_image`) and leaves ``images``
     empty with the paths in ``meta["image_paths"]`` (materialise later with
-    :meth:`JudgeSample.load_images`) - useful for the ~1.8k real records. ``strict_images``
+    :meth:`JudgeSample.load_images`); inline image bytes are then written once to the image cache and
+    referred to by path - useful for the ~1.8k real records. ``strict_images``
     (paired records only): a null image cell is an error unless it is the unbiased side of an
-    ``unnecessary_image`` record. Each sample's ``meta`` gets ``source_file`` and ``source_row``.
+    ``unnecessary_image`` record. Each sample's ``meta`` gets ``source_file`` and ``source_row``; samples of
+    released records get ``meta["dataset"] = "mm-judgebias"``. ``n``: the first ``n`` records only.
 
     Raises :class:`DataError` naming the file and row for: invalid JSON, a missing query/response
     field (or a missing field of a paired record), a non-numeric score, an image path that does not
     exist or does not decode, undecodable inline bytes, pixels that contradict a recorded
     ``image_sha256``, and a duplicate ``(sample_id, perturbation)``; also when no record is found.
+    With a ``skipped`` list, a bad record is appended to it as ``{"file", "row", "reason"}`` and left out
+    instead (a malformed file still raises).
     """
     path = Path(path)
     idir = Path(images_dir) if images_dir is not None else None
+    exts = (".json", ".jsonl", ".parquet")
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".json", ".jsonl"))
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in exts)
     elif path.is_file():
         files = [path]
     else:
         raise DataError(f"{path}: no such file or directory")
     if not files:
-        raise DataError(f"{path}: no .json or .jsonl files found")
+        raise DataError(f"{path}: no .json, .jsonl or .parquet files found")
     samples: list[JudgeSample] = []
     seen: dict[tuple[str, str], str] = {}
+    n_records = 0
     for f in files:
         for row, where, rec in _iter_records(f):
-            if "unbiased_instruction" in rec or "biased_instruction" in rec:
-                new = _paired(rec, where, f, row, idir, load_images, strict_images)
-            else:
-                new = [_flat(rec, where, f, row, idir, load_images)]
+            if n is not None and n_records >= n:
+                break
+            try:
+                if "unbiased_instruction" in rec or "biased_instruction" in rec:
+                    new = _paired(rec, where, f, row, idir, load_images, strict_images)
+                else:
+                    new = [_flat(rec, where, f, row, idir, load_images)]
+                for s in new:
+                    key = (s.sample_id, s.perturbation)
+                    if key in seen:
+                        raise DataError(f"{where}: duplicate sample_id {s.sample_id!r} with perturbation "
+                                        f"{s.perturbation!r} (first seen at {seen[key]})")
+            except DataError as e:
+                if skipped is None:
+                    raise
+                skipped.append({"file": str(f), "row": int(row), "reason": str(e)})
+                continue
             for s in new:
-                key = (s.sample_id, s.perturbation)
-                if key in seen:
-                    raise DataError(f"{where}: duplicate sample_id {s.sample_id!r} with perturbation "
-                                    f"{s.perturbation!r} (first seen at {seen[key]})")
-                seen[key] = where
+                seen[(s.sample_id, s.perturbation)] = where
             samples.extend(new)
+            n_records += 1
     if not samples:
-        raise DataError(f"{path}: no judge records found")
+        raise DataError(f"{path}: no judge records found" + (f" ({len(skipped)} bad)" if skipped else ""))
     return samples
+
+
+def load_judge_dataset(spec: str, n: int | None = None, *, load_images: bool = True,
+                       skipped: list[dict] | None = None) -> list[JudgeSample]:
+    """Judge samples from a spec: ``mm-judgebias:<file or folder>[::<images_dir>]`` (the release, see
+    :func:`load_judge_dir`; ``<images_dir>`` holds the restricted-source images the authors'
+    ``scripts/prepare_dataset.py`` reconstructs) or ``judge-dir:<file or folder>`` (flat records)."""
+    kind, _, rest = spec.partition(":")
+    if kind not in ("mm-judgebias", "judge-dir") or not rest:
+        raise DataError(f"unknown judge dataset spec {spec!r}; use mm-judgebias:<path>[::<images_dir>] or "
+                        "judge-dir:<path>")
+    path, _, images = rest.partition("::")
+    return load_judge_dir(path, images_dir=images or None, load_images=load_images, n=n, skipped=skipped)

@@ -1,246 +1,792 @@
-"""Loaders for the real benchmarks of the three studies, from local copies only (no hub access).
+"""Loaders for the real benchmarks of the three studies, from local copies of the authors' releases (no hub access).
 
-Every loader returns a validated question table (:mod:`mmfragile.schema`). Images embedded in
-the source (base64 in MMBench TSVs, bytes in MMStar parquet) are written once to a cache folder
-so that every row refers to an image file. Bad input raises :class:`~mmfragile.schema.DataError`
-naming the file and row.
+Every loader returns a question table (:mod:`mmfragile.schema`) plus two columns naming where each question
+came from, ``source_file`` and ``source_row`` (0-based data row of that file). Images stay files on disk:
+embedded ones (base64 in TSVs, bytes in parquet) are written once to a cache folder
+(:mod:`mmfragile.data.images`); videos stay video files / frame folders until a study samples frames
+(:mod:`mmfragile.data.video`). A bad row - missing file, corrupt base64 or image, answer not among the
+options, unparseable options, duplicate id - raises :class:`~mmfragile.schema.DataError` naming the file and
+row; with ``skip_bad_rows=True`` such rows are left out instead and listed in ``df.attrs["skipped_rows"]``
+(``[{"file", "row", "reason"}, ...]``, :func:`skipped_rows`), which the study runners store in the run's
+``config.json``. ``n`` keeps the first ``n`` good questions and stops reading there.
 
-Layouts read (as published by the benchmarks' authors):
+Spec strings for :func:`load_dataset` (``::`` separates a second path where a layout needs one):
 
-* **A-OKVQA** - ``aokvqa_v1p0_{split}.json`` (list of records with ``question_id``, ``question``,
-  ``choices``, ``correct_choice_idx``, ``image_id``) and COCO images ``{coco_dir}/{image_id:012d}.jpg``
-  (``{split}2017`` folder by default).
-* **MMBench** - the TSV (``index, question, hint, A, B, C, D[, E, F], answer, image(base64), category``).
-* **MMStar** - parquet with ``index, question, image (bytes or {"bytes": ...}), answer, category, l2_category``;
-  the options are inline in the question text ("Options: A: ..., B: ...").
-* **V*Bench** - a folder of sub-task folders (``direct_attributes``, ``relative_position``) each holding
-  ``<name>.jpg`` + ``<name>.json`` with ``question`` and ``options``; the correct option is listed first.
-* **Generic** - parquet / JSONL / JSON with ``question, options, answer`` (index or option text) and
-  ``image`` / ``images`` (path, relative to the file, or bytes).
+=============================== =================================================================================
+``aokvqa:<json>[::<coco>]``     A-OKVQA (github.com/allenai/aokvqa): ``aokvqa_v1p0_{split}.json`` - a list of
+                                ``{question_id, question, choices, correct_choice_idx, image_id, ...}`` - and COCO
+                                2017 images. ``<coco>`` is the COCO root, read as the A-OKVQA helper
+                                ``get_coco_path`` does (``<coco>/<split>2017/<image_id:012d>.jpg``, split from the
+                                file name), or the split folder itself; default: the json's folder.
+``mmbench:<tsv>``               MMBench (github.com/open-compass/MMBench, the TSVs VLMEvalKit downloads, e.g.
+                                ``MMBench_DEV_EN_V11.tsv``): ``index, question, hint, A..D, answer, category,
+                                image, ...``; ``image`` is base64, or (<= 64 chars) the ``index`` of the row whose
+                                image it reuses. Rows with ``index >= 1e6`` are the circular copies VLMEvalKit's
+                                ``mcq_circular_eval`` groups by ``index % 1e6``: skipped by default (the studies
+                                rotate options themselves; format-bias Tab. 5 counts 1,292 questions, 4,876
+                                circular items), ``circular_copies=True`` keeps them.
+``mmstar:<parquet|tsv>``        MMStar (HF ``Lin-Chen/MMStar`` ``mmstar.parquet``: ``index, question, image
+                                (bytes), answer, category, l2_category, meta_info``; options inline as
+                                ``"...\\nOptions: A: x, B: y"``) or VLMEvalKit's ``MMStar.tsv`` (``A..D`` columns,
+                                base64 image).
+``vstar:<folder>``              V*Bench (HF ``craigwu/vstar_bench``): ``direct_attributes/`` and
+                                ``relative_position/``, each ``<name>.jpg`` + ``<name>.json`` (``question``,
+                                ``options``, ``target_object``, ``bbox``); the correct option is listed first
+                                (the V* evaluation scores option 0). Other folders (``OCR/``, ``GPT4V-hard/``) are
+                                not part of the benchmark and are not read.
+``hrbench4k:<tsv|parquet>``     HR-Bench 4K / 8K (HF ``DreamMr/HR-Bench``: ``hr_bench_4k.tsv`` / ``.parquet``,
+``hrbench8k:<tsv|parquet>``     ``hr_bench_8k.*``): ``index, question, A..D, answer, category (single|cross),
+                                cycle_category, image (base64)``. The 800 rows are 200 questions x 4 cycles
+                                (VLMEvalKit / lmms-eval average accuracy over ``cycle_category`` groups); the
+                                loader keeps the rows of the first cycle in file order (``cycles="first"``: 200
+                                questions, as format-bias Tab. 5 counts them - the studies rotate options
+                                themselves); ``cycles="all"`` keeps all 800. That the four cycles hold the same
+                                questions with rotated options is inferred from the 200/800 counts (HR-Bench
+                                README: 100 FSP + 100 FCP samples), not stated in the release.
+``mme-realworld-lite:<file>``   MME-RealWorld-Lite: VLMEvalKit's ``mme_realworld_lite.tsv`` (HF
+``[::<images>]``                ``yifanzhang114/MME-RealWorld-Base64``: ``index, image (base64), question,
+                                multi-choice options, answer, category, l2-category``; options are a list literal
+                                ``['(A) x', ..., '(E) y']``), the lmms-eval parquet (HF
+                                ``yifanzhang114/MME-RealWorld-lite-lmms-eval``, same columns, image in ``bytes``)
+                                or the official JSON (github.com/yfzhang114/MME-RealWorld: ``Question_id, Image,
+                                Text, Answer choices, Ground truth, Task, Subtask, Category``; ``Image`` relative
+                                to ``<images>``). The ``(A) `` prefixes are stripped (half- or full-width
+                                brackets) and must run A, B, C, ... in order.
+``mmmu-pro-s4:<path>``          MMMU-Pro (HF ``MMMU/MMMU_Pro``): ``<path>`` is the snapshot root (holding the
+``mmmu-pro-s10:<path>``         folders ``standard (4 options)``, ``standard (10 options)``, ``vision``), one of
+``mmmu-pro-vision:<path>``      those folders (parquet shards) or one parquet / JSON file. Standard: ``id,
+``[::<images>]``                question, options (list literal), explanation, image_1..image_7, img_type, answer,
+                                topic_difficulty, subject``; vision: ``id, image, options, answer, subject``. JSON
+                                files with the same columns and image file names (the Promptception authors'
+                                ``MMMU-Pro_standard_4options.json``) read images from ``<images>``.
+                                ``mmmu-pro:<path>`` infers the setting from a config folder's name.
+``mvbench:<root>``              MVBench (HF ``OpenGVLab/MVBench``): ``json/<task>.json`` for the 20 tasks
+                                (``{video, question, candidates, answer (text), start?, end?}``) and the videos
+                                unzipped under ``video/<prefix>/`` (or ``video/data0613/<prefix>/``). The
+                                per-task prefix, data type (``video``; ``frame``: a folder of JPEG frames at 3 fps,
+                                Episodic Reasoning) and whether ``start``/``end`` bound the clip are MVBench's
+                                ``data_list`` (as in VLMEvalKit ``vlmeval/dataset/mvbench.py``).
+``generic:<file>``              parquet / JSONL / JSON with ``question, options, answer`` (index, letter or option
+                                text) and ``image`` / ``images``.
+=============================== =================================================================================
+
+Interleaved images (MMMU-Pro): the question and option texts keep their ``<image k>`` markers exactly as
+published and ``images`` lists *every* image the row has, ``image_1 .. image_n`` in order, so that
+``<image k>`` is ``images[k-1]`` (the :class:`~mmfragile.models.base.Prompt` convention, split with
+:func:`mmfragile.models.base.split_interleaved`). Why every image, not only the named ones: the
+Promptception authors' inference scripts pass all non-null ``image_1..image_7`` in order
+(``Infer/mmmu-pro/infer_mmmu-pro_qwen2-vl-7B.py``, ``origin_mmmu_doc_to_visual``), VLMEvalKit keeps all of
+a question's images and indexes them as ``images[k-1]`` (``MMMUDataset.split_MMMU``), and dropping an
+unnamed ``image_j`` would shift every later marker. lmms-eval (sorted named images) and MMMU-Pro's own
+``infer_transformers.py`` (named images in order of mention) send only named ones; an adapter can do that
+with :func:`~mmfragile.models.base.unnamed_images`. A marker naming a missing image, or a gap in
+``image_1..image_n``, is a bad row. The vision setting has no question text: ``question`` is empty, the
+options (needed for scoring) are in the ``options`` column and ``options_in_image`` is True.
 """
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
+import ast
+import contextlib
 import json
 import re
 import string
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
-from ..paths import cache_dir
-from ..schema import DataError, MCQuestion, answer_index, questions_frame, validate_questions
+from ..schema import QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question
+from .images import image_field
 
 LETTERS = string.ascii_uppercase
 
 
-def _store_image_bytes(data: bytes, where: str, dataset: str) -> str:
-    """Write image bytes once (content-addressed) and return the path; DataError if undecodable."""
-    from PIL import Image, UnidentifiedImageError
+# ============================================================================================== collecting rows
+@dataclass
+class _Collector:
+    """Questions of one load, checked row by row; bad rows raise or are recorded (``skip_bad_rows``)."""
 
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            im.verify()
-            fmt = (im.format or "png").lower()
-    except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise DataError(f"{where}: corrupt or unreadable embedded image: {e}") from e
-    digest = hashlib.sha256(data).hexdigest()[:24]
-    path = cache_dir("images", dataset) / f"{digest}.{fmt}"
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    return str(path)
+    skip_bad_rows: bool = False
+    n: int | None = None
+    rows: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+    seen: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def full(self) -> bool:
+        return self.n is not None and len(self.rows) >= self.n
 
-def _image_field(value: Any, base: Path, where: str, dataset: str) -> list[str]:
-    """Accept a path, a list of paths, raw bytes, a {"bytes": ..., "path": ...} dict or base64 text."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return []
-    if isinstance(value, (list, tuple)) or (hasattr(value, "tolist") and not isinstance(value, (bytes, str, dict))):
-        out: list[str] = []
-        for v in list(value):
-            out += _image_field(v, base, where, dataset)
-        return out
-    if isinstance(value, dict):
-        if value.get("bytes") is not None:
-            return [_store_image_bytes(value["bytes"], where, dataset)]
-        return _image_field(value.get("path"), base, where, dataset)
-    if isinstance(value, (bytes, bytearray)):
-        return [_store_image_bytes(bytes(value), where, dataset)]
-    text = str(value)
-    p = Path(text)
-    if not p.is_absolute():
-        p = base / p
-    if p.suffix.lower() in {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"} or p.exists():
-        return [str(p)]
-    try:  # long base64 strings (MMBench)
-        data = base64.b64decode(text, validate=True)
-    except (ValueError, base64.binascii.Error):
-        raise DataError(f"{where}: image field is neither an existing file nor base64 data: {text[:60]!r}") from None
-    return [_store_image_bytes(data, where, dataset)]
-
-
-def load_aokvqa(annotation_file: str | Path, coco_dir: str | Path, n: int | None = None) -> pd.DataFrame:
-    f = Path(annotation_file)
-    if not f.is_file():
-        raise DataError(f"A-OKVQA annotation file not found: {f}")
-    records = json.loads(f.read_text())
-    qs = []
-    for i, r in enumerate(records[:n] if n else records):
-        where = f"{f}, row {i}"
+    @contextlib.contextmanager
+    def row(self, file: str | Path, row: int) -> Iterator[None]:
         try:
-            choices, idx = list(r["choices"]), r.get("correct_choice_idx")
-        except KeyError as e:
-            raise DataError(f"{where}: missing field {e}") from e
-        if idx is None:
-            raise DataError(f"{where}: no correct_choice_idx (test split has no answers)")
-        if not 0 <= int(idx) < len(choices):
-            raise DataError(f"{where}: correct_choice_idx {idx} is not among the {len(choices)} choices")
-        img = Path(coco_dir) / f"{int(r['image_id']):012d}.jpg"
-        qs.append(MCQuestion("a-okvqa", str(r["question_id"]), r["question"], choices, int(idx), [str(img)], "", "image"))
-    return validate_questions(questions_frame(qs), source=f)
+            yield
+        except DataError as e:
+            if not self.skip_bad_rows:
+                raise
+            self.skipped.append({"file": str(file), "row": int(row), "reason": str(e)})
+
+    def add(self, q: MCQuestion, file: str | Path, row: int, where: str, **extra: Any) -> None:
+        check_question(q, where)
+        if q.question_id in self.seen:
+            raise DataError(f"{where}: duplicate question_id {q.question_id!r} (first at {self.seen[q.question_id]})")
+        self.seen[q.question_id] = where
+        self.rows.append({**q.to_row(), "source_file": str(file), "source_row": int(row), **extra})
+
+    def frame(self, source: str | Path) -> pd.DataFrame:
+        if not self.rows:
+            why = (f"; all {len(self.skipped)} rows read were bad, e.g. {self.skipped[0]['reason']}"
+                   if self.skipped else "")
+            raise DataError(f"{source}: no questions loaded{why}")
+        df = pd.DataFrame(self.rows)
+        df = df[QUESTION_COLUMNS + [c for c in df.columns if c not in QUESTION_COLUMNS]].reset_index(drop=True)
+        df.attrs["skipped_rows"] = list(self.skipped)
+        return df
 
 
-def _letter_columns(df: pd.DataFrame) -> list[str]:
+def skipped_rows(df: pd.DataFrame) -> list[dict]:
+    """The bad rows a ``skip_bad_rows`` load left out: ``[{"file", "row", "reason"}, ...]``."""
+    return list(df.attrs.get("skipped_rows", []))
+
+
+def run_info(questions: pd.DataFrame, skipped: list[dict] | tuple = ()) -> dict:
+    """What a run records in its store's config.json without it changing any row
+    (:class:`~mmfragile.store.ResultStore` ``run_info``): the number of questions and the bad rows left
+    out - by the load (``skip_bad_rows``) and by the item building (``skipped``)."""
+    return {"n_questions": int(len(questions)), "skipped_rows": skipped_rows(questions) + [dict(r) for r in skipped]}
+
+
+def _where(file: str | Path, row: int, qid: Any = None) -> str:
+    return f"{file}, row {row}" + (f" (index={qid})" if qid is not None else "")
+
+
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and v != v) or (isinstance(v, str) and not v.strip())
+
+
+def _text(v: Any) -> str:
+    return "" if _blank(v) else str(v)
+
+
+# ============================================================================================== reading tables
+def _table_rows(path: Path, columns: list[str] | None = None, chunksize: int = 64) -> Iterator[tuple[Path, int, dict]]:
+    """``(file, row, record)`` of a TSV (strings; empty cells ""), JSON / JSONL list, parquet file or folder
+    of parquet shards (``row`` counts within each file), read in chunks so that a multi-GB base64 TSV is
+    never held in memory at once."""
+    if path.is_dir():
+        files = sorted(path.glob("*.parquet"))
+        if not files:
+            raise DataError(f"{path}: no parquet files in the folder")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise DataError(f"{path}: file not found")
+    for f in files:
+        suffix = f.suffix.lower()
+        row = 0
+        if suffix in (".tsv", ".csv"):
+            try:
+                reader = pd.read_csv(f, sep="\t" if suffix == ".tsv" else ",", dtype=str, keep_default_na=False,
+                                     chunksize=chunksize, usecols=columns)
+                for chunk in reader:
+                    for rec in chunk.to_dict("records"):
+                        yield f, row, rec
+                        row += 1
+            except (pd.errors.ParserError, ValueError, UnicodeDecodeError) as e:
+                raise DataError(f"{f}: not a readable {suffix[1:].upper()} file near data row {row}: {e}") from e
+        elif suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                for batch in pq.ParquetFile(f).iter_batches(batch_size=chunksize, columns=columns):
+                    for rec in batch.to_pylist():
+                        yield f, row, rec
+                        row += 1
+            except (OSError, ValueError) as e:
+                raise DataError(f"{f}: not a readable parquet file near row {row}: {e}") from e
+        elif suffix in (".json", ".jsonl"):
+            for i, rec in _json_records(f):
+                yield f, i, rec
+        else:
+            raise DataError(f"{f}: unsupported file type {suffix!r} (tsv, parquet, json, jsonl)")
+
+
+def _json_records(f: Path) -> list[tuple[int, dict]]:
+    try:
+        if f.suffix.lower() == ".jsonl":
+            out = []
+            for i, line in enumerate(f.read_text(encoding="utf-8").splitlines()):
+                if line.strip():
+                    try:
+                        out.append((i, json.loads(line)))
+                    except json.JSONDecodeError as e:
+                        raise DataError(f"{f}, row {i}: invalid JSON: {e}") from e
+            return out
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{f}: invalid JSON: {e}") from e
+    if not isinstance(data, list):
+        raise DataError(f"{f}: expected a JSON list of records, got {type(data).__name__}")
+    return list(enumerate(data))
+
+
+def _letter_options(rec: dict, letters: list[str], where: str) -> list[str]:
+    """Options from the letter columns (VLMEvalKit TSVs): empty trailing cells are absent options; an
+    empty cell followed by a filled one is an error (the letters would no longer index the options)."""
+    vals = [_text(rec.get(c)).strip() for c in letters]
+    n = len(vals)
+    while n and not vals[n - 1]:
+        n -= 1
+    if not all(vals[:n]):
+        gap = letters[vals[:n].index("")]
+        raise DataError(f"{where}: option {gap} is empty but a later option is not")
+    return [_text(rec.get(c)) for c in letters[:n]]
+
+
+def _letter_columns(columns) -> list[str]:
     cols = []
     for letter in LETTERS:
-        if letter in df.columns:
-            cols.append(letter)
-        else:
+        if letter not in columns:
             break
+        cols.append(letter)
     return cols
 
 
-def load_mmbench(tsv_file: str | Path, n: int | None = None, use_hint: bool = True) -> pd.DataFrame:
+def _answer_letter(ans: Any, options: list[str], where: str) -> int:
+    a = _text(ans).strip()
+    if len(a) != 1 or a not in LETTERS[: len(options)]:
+        raise DataError(f"{where}: answer {a!r} is not among the option letters {list(LETTERS[:len(options)])}")
+    return LETTERS.index(a)
+
+
+def _columns(path: Path) -> list[str]:
+    """Column names of a TSV / parquet file (or the first shard of a folder), without reading the data."""
+    if path.is_dir():
+        shards = sorted(path.glob("*.parquet"))
+        if not shards:
+            raise DataError(f"{path}: no parquet files in the folder")
+        path = shards[0]
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    if path.suffix.lower() in (".json", ".jsonl"):
+        recs = _json_records(path)
+        return list(recs[0][1]) if recs else []
+    return list(pd.read_csv(path, sep="\t", nrows=0).columns)
+
+
+# ============================================================================================== A-OKVQA
+def aokvqa_image_path(coco_dir: str | Path, split: str, image_id: int) -> Path:
+    """``<coco>/<split>2017/<image_id:012d>.jpg`` (A-OKVQA's ``get_coco_path``); if ``coco_dir`` has no
+    ``<split>2017`` folder it is taken to be that folder itself."""
+    root = Path(coco_dir)
+    sub = root / f"{split}2017"
+    return (sub if sub.is_dir() else root) / f"{int(image_id):012d}.jpg"
+
+
+def load_aokvqa(annotation_file: str | Path, coco_dir: str | Path | None = None, n: int | None = None,
+                skip_bad_rows: bool = False) -> pd.DataFrame:
+    f = Path(annotation_file)
+    if not f.is_file():
+        raise DataError(f"A-OKVQA annotation file not found: {f}")
+    m = re.search(r"aokvqa_v\d+p\d+_([a-z]+)", f.name)  # val, train, test (test_w_ans: COCO's test2017)
+    split = m.group(1) if m else "val"
+    coco = Path(coco_dir) if coco_dir else f.parent
+    col = _Collector(skip_bad_rows, n)
+    for i, r in _json_records(f):
+        if col.full:
+            break
+        where = f"{f}, row {i}"
+        with col.row(f, i):
+            if not isinstance(r, dict):
+                raise DataError(f"{where}: a record must be a JSON object")
+            try:
+                choices, idx = list(r["choices"]), r.get("correct_choice_idx")
+                qid, question, image_id = r["question_id"], r["question"], r["image_id"]
+            except KeyError as e:
+                raise DataError(f"{where}: missing field {e}") from e
+            if idx is None:
+                raise DataError(f"{where}: no correct_choice_idx (the test split has no answers)")
+            if not 0 <= int(idx) < len(choices):
+                raise DataError(f"{where}: correct_choice_idx {idx} is not among the {len(choices)} choices")
+            img = aokvqa_image_path(coco, split, image_id)
+            col.add(MCQuestion("a-okvqa", str(qid), question, choices, int(idx), [str(img)], "", "image"), f, i, where)
+    return col.frame(f)
+
+
+# ============================================================================================== VLMEvalKit TSVs
+def _mcq_table(path: Path, dataset: str, n: int | None, skip_bad_rows: bool, *,
+               keep: Callable[[dict], bool] | None = None, hint: bool = False,
+               category_col: str = "category", extra_cols: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A VLMEvalKit-style MCQ table: ``index, question, [hint,] A, B, ..., answer, image, category``."""
+    cols = _columns(path)
+    letters = _letter_columns(cols)
+    missing = [c for c in ("index", "question", "answer", "image") if c not in cols]
+    if missing or len(letters) < 2:
+        raise DataError(f"{path}: expected the columns index, question, A, B, ..., answer, image; "
+                        f"missing {missing or 'option columns'}; got {cols}")
+    col = _Collector(skip_bad_rows, n)
+    images: dict[str, str] = {}  # index -> image path, for rows that name another row's image
+    pending: list[tuple[int, dict]] = []
+    for _, i, rec in _table_rows(path):
+        if col.full:
+            break
+        idx = _text(rec.get("index")).strip() or str(i)
+        where = _where(path, i, idx)
+        if keep is not None and not keep(rec):
+            continue  # not decoded; a kept row naming its image finds it in the second pass below
+        img = rec.get("image")
+        if isinstance(img, str) and 0 < len(img.strip()) <= 64 and img.strip() not in images:
+            pending.append((i, rec))  # names a row not seen (or not kept) so far: resolved after the pass
+            continue
+        with col.row(path, i):
+            paths = image_field(img, path.parent, where, dataset, images)
+            if paths:
+                images[idx] = paths[0]
+            _add_mcq(col, rec, letters, paths, path, i, where, dataset, hint, category_col, extra_cols)
+    if pending and not col.full:
+        wanted = {_text(r.get("image")).strip() for _, r in pending}
+        for _, i, rec in _table_rows(path, columns=["index", "image"]):
+            idx = _text(rec.get("index")).strip()
+            if idx in wanted and idx not in images and len(_text(rec.get("image"))) > 64:
+                with contextlib.suppress(DataError):  # a bad target row fails the rows that name it below
+                    images[idx] = image_field(rec.get("image"), path.parent, _where(path, i, idx), dataset)[0]
+        for i, rec in pending:
+            if col.full:
+                break
+            where = _where(path, i, _text(rec.get("index")).strip())
+            with col.row(path, i):
+                paths = image_field(rec.get("image"), path.parent, where, dataset, images)
+                _add_mcq(col, rec, letters, paths, path, i, where, dataset, hint, category_col, extra_cols)
+        col.rows.sort(key=lambda r: r["source_row"])
+    return col.frame(path)
+
+
+def _add_mcq(col: _Collector, rec: dict, letters: list[str], paths: list[str], path: Path, i: int, where: str,
+             dataset: str, hint: bool, category_col: str, extra_cols: tuple[str, ...]) -> None:
+    opts = _letter_options(rec, letters, where)
+    ans = _answer_letter(rec.get("answer"), opts, where)
+    q = _text(rec.get("question"))
+    if hint and _text(rec.get("hint")).strip():
+        q = f"{rec['hint']}\n{q}"
+    qid = _text(rec.get("index")).strip() or str(i)
+    extra = {c.replace("-", "_"): _text(rec.get(c)) for c in extra_cols}
+    col.add(MCQuestion(dataset, qid, q, opts, ans, paths, _text(rec.get(category_col)), "image"), path, i, where,
+            **extra)
+
+
+def _main_row(rec: dict) -> bool:
+    try:
+        return int(float(_text(rec.get("index")))) < 1_000_000
+    except ValueError:
+        return True
+
+
+def load_mmbench(tsv_file: str | Path, n: int | None = None, use_hint: bool = True, circular_copies: bool = False,
+                 skip_bad_rows: bool = False) -> pd.DataFrame:
+    """MMBench TSV (see the module docstring); ``use_hint`` puts the hint on the line before the question."""
     f = Path(tsv_file)
     if not f.is_file():
         raise DataError(f"MMBench TSV not found: {f}")
-    df = pd.read_csv(f, sep="\t", dtype=str, keep_default_na=False)
-    letters = _letter_columns(df)
-    if len(letters) < 2:
-        raise DataError(f"{f}: expected option columns A, B, ... in the header, got {list(df.columns)}")
-    qs = []
-    for i, r in enumerate(df.head(n).itertuples(index=False) if n else df.itertuples(index=False)):
-        r = r._asdict()
-        where = f"{f}, row {i} (index={r.get('index')})"
-        opts = [r[c] for c in letters if str(r[c]).strip() not in ("", "nan")]
-        ans = str(r.get("answer", "")).strip()
-        if ans not in LETTERS[: len(opts)]:
-            raise DataError(f"{where}: answer {ans!r} is not among the option letters {list(LETTERS[:len(opts)])}")
-        q = r["question"]
-        if use_hint and str(r.get("hint", "")).strip() not in ("", "nan"):
-            q = f"{r['hint']}\n{q}"
-        imgs = _image_field(r.get("image"), f.parent, where, "mmbench")
-        qs.append(MCQuestion("mmbench", str(r.get("index", i)), q, opts, LETTERS.index(ans), imgs, str(r.get("category", "")), "image"))
-    return validate_questions(questions_frame(qs), source=f)
+    return _mcq_table(f, "mmbench", n, skip_bad_rows, keep=None if circular_copies else _main_row, hint=use_hint,
+                      extra_cols=("l2-category",) if "l2-category" in _columns(f) else ())
 
 
-_MMSTAR_OPTS = re.compile(r"\n?Options?:\s*(.*)$", re.S)
-_MMSTAR_SPLIT = re.compile(r"(?:^|,\s*|\n)([A-Z])\s*[:.]\s*")
+def load_hrbench(path: str | Path, n: int | None = None, cycles: str = "first", name: str | None = None,
+                 skip_bad_rows: bool = False) -> pd.DataFrame:
+    """HR-Bench 4K / 8K (``hr_bench_{4k,8k}.tsv`` or ``.parquet``); ``cycles`` "first" (200 questions) or
+    "all" (800 rows). ``name`` defaults from the file name (``hrbench-4k`` / ``hrbench-8k``)."""
+    f = Path(path)
+    if cycles not in ("first", "all"):
+        raise ValueError(f"cycles must be 'first' or 'all', got {cycles!r}")
+    if name is None:
+        m = re.search(r"([48])k", f.name.lower())
+        name = f"hrbench-{m.group(1)}k" if m else "hrbench"
+    if not f.exists():
+        raise DataError(f"HR-Bench file not found: {f}")
+    keep = None
+    if cycles == "first":
+        first: list[str] = []
+
+        def keep(rec: dict) -> bool:  # the first cycle_category value seen in file order
+            c = _text(rec.get("cycle_category"))
+            if not first:
+                first.append(c)
+            return c == first[0]
+    return _mcq_table(f, name, n, skip_bad_rows, keep=keep, extra_cols=("cycle_category",))
+
+
+_INLINE_OPTS = re.compile(r"\n?Options?:\s*(.*)$", re.S)
+_INLINE_SPLIT = re.compile(r"(?:^|,\s*|\n)([A-Z])\s*[:.]\s*")
 
 
 def parse_inline_options(text: str, where: str) -> tuple[str, list[str]]:
-    """Split "Question?\\nOptions: A: x, B: y" into ("Question?", ["x", "y"])."""
-    m = _MMSTAR_OPTS.search(text)
+    """Split "Question?\\nOptions: A: x, B: y" into ("Question?", ["x", "y"]) (MMStar's parquet layout)."""
+    m = _INLINE_OPTS.search(text)
     if not m:
         raise DataError(f"{where}: no 'Options:' block in the question text {text[:80]!r}")
     body = m.group(1)
-    parts = _MMSTAR_SPLIT.split(body)
-    # parts = [before, 'A', optA, 'B', optB, ...]
+    parts = _INLINE_SPLIT.split(body)
     letters, opts = parts[1::2], [p.strip().rstrip(",").strip() for p in parts[2::2]]
     if letters != list(LETTERS[: len(letters)]) or len(opts) < 2:
         raise DataError(f"{where}: cannot parse the options block {body[:80]!r}")
     return text[: m.start()].strip(), opts
 
 
-def load_mmstar(parquet_file: str | Path, n: int | None = None) -> pd.DataFrame:
-    f = Path(parquet_file)
-    if not f.is_file():
-        raise DataError(f"MMStar parquet not found: {f}")
-    df = pd.read_parquet(f)
-    qs = []
-    for i, r in enumerate((df.head(n) if n else df).to_dict("records")):
-        where = f"{f}, row {i} (index={r.get('index')})"
-        q, opts = parse_inline_options(str(r["question"]), where)
-        ans = str(r.get("answer", "")).strip()
-        if ans not in LETTERS[: len(opts)]:
-            raise DataError(f"{where}: answer {ans!r} is not among the option letters {list(LETTERS[:len(opts)])}")
-        imgs = _image_field(r.get("image"), f.parent, where, "mmstar")
-        qs.append(MCQuestion("mmstar", str(r.get("index", i)), q, opts, LETTERS.index(ans), imgs, str(r.get("category", "")), "image"))
-    return validate_questions(questions_frame(qs), source=f)
+def load_mmstar(path: str | Path, n: int | None = None, skip_bad_rows: bool = False) -> pd.DataFrame:
+    f = Path(path)
+    if not f.exists():
+        raise DataError(f"MMStar file not found: {f}")
+    if _letter_columns(_columns(f)):  # VLMEvalKit's MMStar.tsv: options in A..D columns
+        return _mcq_table(f, "mmstar", n, skip_bad_rows)
+    col = _Collector(skip_bad_rows, n)
+    for _, i, r in _table_rows(f):
+        if col.full:
+            break
+        where = _where(f, i, r.get("index"))
+        with col.row(f, i):
+            q, opts = parse_inline_options(_text(r.get("question")), where)
+            ans = _answer_letter(r.get("answer"), opts, where)
+            imgs = image_field(r.get("image"), f.parent, where, "mmstar")
+            col.add(MCQuestion("mmstar", str(r.get("index", i)), q, opts, ans, imgs, _text(r.get("category")),
+                               "image"), f, i, where, l2_category=_text(r.get("l2_category")))
+    return col.frame(f)
 
 
-def load_vstar(folder: str | Path, n: int | None = None) -> pd.DataFrame:
+# ============================================================================================== V*Bench
+VSTAR_TASKS = ("direct_attributes", "relative_position")
+
+
+def load_vstar(folder: str | Path, n: int | None = None, skip_bad_rows: bool = False) -> pd.DataFrame:
     root = Path(folder)
     if not root.is_dir():
         raise DataError(f"V*Bench folder not found: {root}")
-    qs = []
-    for jf in sorted(root.glob("*/*.json")):
-        where = str(jf)
+    missing = [t for t in VSTAR_TASKS if not (root / t).is_dir()]
+    if missing:
+        raise DataError(f"{root}: not a V*Bench folder; missing {missing} (expected {list(VSTAR_TASKS)})")
+    col = _Collector(skip_bad_rows, n)
+    for task in VSTAR_TASKS:
+        for jf in sorted((root / task).glob("*.json")):
+            if col.full:
+                break
+            where = str(jf)
+            with col.row(jf, 0):
+                try:
+                    r = json.loads(jf.read_text(encoding="utf-8"))
+                    opts, question = list(r["options"]), r["question"]
+                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    raise DataError(f"{where}: unreadable V*Bench record: {e}") from e
+                imgs = [p for p in (jf.with_suffix(s) for s in (".jpg", ".jpeg", ".png")) if p.is_file()]
+                img = jf.parent / r["image"] if r.get("image") else (imgs[0] if imgs else jf.with_suffix(".jpg"))
+                # V*Bench lists the correct option first
+                col.add(MCQuestion("vstar", f"{task}/{jf.stem}", question, opts, 0, [str(img)], task, "image"),
+                        jf, 0, where)
+    return col.frame(root)
+
+
+# ============================================================================================== MME-RealWorld-Lite
+_LETTER_PREFIX = re.compile(r"^\s*[(（]\s*([A-Z])\s*[)）]\s?")
+
+
+def strip_letter_prefixes(options: list[str], where: str) -> list[str]:
+    """``["(A) x", "(B) y"]`` -> ``["x", "y"]``; the letters must run A, B, C, ... (half- or full-width
+    brackets, as MME-RealWorld writes them)."""
+    out = []
+    for k, o in enumerate(options):
+        m = _LETTER_PREFIX.match(str(o))
+        if not m or m.group(1) != LETTERS[k]:
+            raise DataError(f"{where}: option {k + 1} {str(o)[:40]!r} does not start with ({LETTERS[k]})")
+        out.append(str(o)[m.end():])
+    return out
+
+
+def _list_cell(v: Any, where: str, name: str) -> list:
+    if isinstance(v, str):
         try:
-            r = json.loads(jf.read_text())
-            opts, question = list(r["options"]), r["question"]
-        except (json.JSONDecodeError, KeyError) as e:
-            raise DataError(f"{where}: unreadable V*Bench record: {e}") from e
-        img_name = r.get("image", jf.with_suffix(".jpg").name)
-        img = jf.parent / img_name
-        # V*Bench lists the correct option first
-        qs.append(MCQuestion("vstar", f"{jf.parent.name}/{jf.stem}", question, opts, 0, [str(img)], jf.parent.name, "image"))
-        if n and len(qs) >= n:
+            v = ast.literal_eval(v)
+        except (ValueError, SyntaxError) as e:
+            raise DataError(f"{where}: column {name!r} is not a list literal: {e}") from None
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+        v = v.tolist()
+    if not isinstance(v, (list, tuple)):
+        raise DataError(f"{where}: column {name!r} must be a list, got {type(v).__name__}")
+    return [str(x) for x in v]
+
+
+def load_mme_realworld_lite(path: str | Path, images_dir: str | Path | None = None, n: int | None = None,
+                            skip_bad_rows: bool = False) -> pd.DataFrame:
+    f = Path(path)
+    if not f.exists():
+        raise DataError(f"MME-RealWorld-Lite file not found: {f}")
+    base = Path(images_dir) if images_dir else (f if f.is_dir() else f.parent)
+    col = _Collector(skip_bad_rows, n)
+    for fi, i, r in _table_rows(f):
+        if col.full:
             break
-    if not qs:
-        raise DataError(f"{root}: no <task>/<name>.json records found")
-    return validate_questions(questions_frame(qs), source=root)
+        official = "Answer choices" in r
+        qid = r.get("Question_id") if official else r.get("index")
+        where = _where(fi, i, qid)
+        with col.row(fi, i):
+            if official:
+                raw, ans, q = r.get("Answer choices"), r.get("Ground truth"), r.get("Text")
+                img, l2 = r.get("Image"), _text(r.get("Category"))
+                cat = "/".join(_text(r.get(k)) for k in ("Task", "Subtask"))
+            else:
+                missing = [k for k in ("index", "question", "multi-choice options", "answer") if k not in r]
+                if missing:
+                    raise DataError(f"{where}: missing column(s) {missing}")
+                raw, ans, q = r.get("multi-choice options"), r.get("answer"), r.get("question")
+                img = r.get("image") if not _blank(r.get("image")) else r.get("bytes")
+                cat, l2 = _text(r.get("category")), _text(r.get("l2-category"))
+            opts = strip_letter_prefixes(_list_cell(raw, where, "options"), where)
+            a = _answer_letter(ans, opts, where)
+            imgs = image_field(img, base, where, "mme-realworld-lite")
+            col.add(MCQuestion("mme-realworld-lite", _text(qid) or str(i), _text(q), opts, a, imgs, cat, "image"),
+                    fi, i, where, l2_category=l2)
+    return col.frame(f)
 
 
-def load_generic(path: str | Path, dataset: str | None = None, n: int | None = None) -> pd.DataFrame:
-    """Parquet (also a HF ``datasets`` on-disk folder of parquet shards), JSONL or JSON records."""
+# ============================================================================================== MMMU-Pro
+MMMU_PRO_SETTINGS = {"s4": "standard (4 options)", "s10": "standard (10 options)", "vision": "vision"}
+_IMAGE_MARK = re.compile(r"<image\s+(\d+)>")
+
+
+def _mmmu_pro_source(path: Path, setting: str | None) -> tuple[Path, str]:
+    if setting is not None and setting not in MMMU_PRO_SETTINGS:
+        raise ValueError(f"MMMU-Pro setting must be one of {list(MMMU_PRO_SETTINGS)}, got {setting!r}")
+    if path.is_dir() and not any(path.glob("*.parquet")):
+        if setting is None:
+            raise DataError(f"{path}: an MMMU-Pro snapshot folder; name the setting (mmmu-pro-s4, mmmu-pro-s10 "
+                            "or mmmu-pro-vision)")
+        sub = path / MMMU_PRO_SETTINGS[setting]
+        if not sub.is_dir():
+            raise DataError(f"{path}: no {MMMU_PRO_SETTINGS[setting]!r} folder (MMMU-Pro config {setting})")
+        return sub, setting
+    if not path.exists():
+        raise DataError(f"MMMU-Pro file or folder not found: {path}")
+    if setting is None:
+        name = f"{(path if path.is_dir() else path.parent).name} {path.name}".lower()
+        m = re.search(r"(?<!\d)(4|10)[\W_]*options?", name) or re.search(r"\bs(4|10)\b", name)
+        setting = "vision" if "vision" in name else f"s{m.group(1)}" if m else None
+        if setting is None:
+            raise DataError(f"{path}: cannot tell the MMMU-Pro setting from the name; use mmmu-pro-s4, "
+                            "mmmu-pro-s10 or mmmu-pro-vision")
+    return path, setting
+
+
+def mmmu_pro_images(rec: dict, where: str, base: Path, dataset: str, texts: list[str]) -> list[str]:
+    """``image_1 .. image_n`` of a standard-setting row, in order (the module docstring gives the rule):
+    no gaps, and every ``<image k>`` named in ``texts`` must exist."""
+    cells = [rec.get(f"image_{k}") for k in range(1, 8)]
+    present = [not _blank(c) and not (isinstance(c, dict) and not c.get("bytes") and not c.get("path")) for c in cells]
+    n = max((k + 1 for k, p in enumerate(present) if p), default=0)
+    if not all(present[:n]):
+        raise DataError(f"{where}: image_{present.index(False) + 1} is empty but image_{n} is not; <image k> "
+                        "must stay images[k-1]")
+    named = sorted({int(k) for t in texts for k in _IMAGE_MARK.findall(t)})
+    bad = [k for k in named if not 1 <= k <= n]
+    if bad:
+        raise DataError(f"{where}: the text names <image {bad[0]}> but the row has {n} image(s)")
+    out = []
+    for k in range(n):
+        got = image_field(cells[k], base, f"{where}, image_{k + 1}", dataset)
+        if len(got) != 1:
+            raise DataError(f"{where}: image_{k + 1} holds {len(got)} images")
+        out += got
+    return out
+
+
+def load_mmmu_pro(path: str | Path, setting: str | None = None, images_dir: str | Path | None = None,
+                  n: int | None = None, skip_bad_rows: bool = False) -> pd.DataFrame:
+    """MMMU-Pro in the setting ``s4``, ``s10`` or ``vision`` (see the module docstring)."""
+    src, setting = _mmmu_pro_source(Path(path), setting)
+    dataset = f"mmmu-pro-{setting}"
+    base = Path(images_dir) if images_dir else (src if src.is_dir() else src.parent)
+    col = _Collector(skip_bad_rows, n)
+    for fi, i, r in _table_rows(src):
+        if col.full:
+            break
+        where = _where(fi, i, r.get("id"))
+        with col.row(fi, i):
+            if "options" not in r:
+                raise DataError(f"{where}: no 'options' column (the answer letters need the option list)")
+            opts = _list_cell(r.get("options"), where, "options")
+            ans = _answer_letter(r.get("answer"), opts, where)
+            qid, subject = _text(r.get("id")) or str(i), _text(r.get("subject"))
+            if setting == "vision":
+                imgs = image_field(r.get("image"), base, where, "mmmu-pro")
+                if len(imgs) != 1:
+                    raise DataError(f"{where}: the vision setting needs one image, got {len(imgs)}")
+                col.add(MCQuestion(dataset, qid, "", opts, ans, imgs, subject, "image"), fi, i, where,
+                        options_in_image=True)
+                continue
+            q = _text(r.get("question"))
+            imgs = mmmu_pro_images(r, where, base, "mmmu-pro", [q, *opts])
+            col.add(MCQuestion(dataset, qid, q, opts, ans, imgs, subject, "multi-image" if len(imgs) > 1 else "image"),
+                    fi, i, where, options_in_image=False, img_type=_text(r.get("img_type")),
+                    topic_difficulty=_text(r.get("topic_difficulty")))
+    return col.frame(src)
+
+
+# ============================================================================================== MVBench
+#: MVBench's ``data_list``: task json -> (video prefix under video/, data type, start/end bound the clip).
+MVBENCH_TASKS: dict[str, tuple[str, str, bool]] = {
+    "action_sequence": ("star/Charades_v1_480", "video", True),
+    "action_prediction": ("star/Charades_v1_480", "video", True),
+    "action_antonym": ("ssv2_video", "video", False),
+    "fine_grained_action": ("Moments_in_Time_Raw/videos", "video", False),
+    "unexpected_action": ("FunQA_test/test", "video", False),
+    "object_existence": ("clevrer/video_validation", "video", False),
+    "object_interaction": ("star/Charades_v1_480", "video", True),
+    "object_shuffle": ("perception/videos", "video", False),
+    "moving_direction": ("clevrer/video_validation", "video", False),
+    "action_localization": ("sta/sta_video", "video", True),
+    "scene_transition": ("scene_qa/video", "video", False),
+    "action_count": ("perception/videos", "video", False),
+    "moving_count": ("clevrer/video_validation", "video", False),
+    "moving_attribute": ("clevrer/video_validation", "video", False),
+    "state_change": ("perception/videos", "video", False),
+    "fine_grained_pose": ("nturgbd", "video", False),
+    "character_order": ("perception/videos", "video", False),
+    "egocentric_navigation": ("vlnqa", "video", False),
+    "episodic_reasoning": ("tvqa/frames_fps3_hq", "frame", True),
+    "counterfactual_inference": ("clevrer/video_validation", "video", False),
+}
+#: Frame rate of MVBench's frame folders (``read_frame(..., fps=3)``; the folder is ``frames_fps3_hq``).
+MVBENCH_FRAME_FPS = 3.0
+
+
+def _mvbench_video(root: Path, prefix: str, video: str) -> Path | None:
+    for p in (root / "video" / prefix / video, root / "video" / "data0613" / prefix / video):
+        if p.exists():
+            return p
+    return None
+
+
+def load_mvbench(root: str | Path, tasks: list[str] | None = None, n: int | None = None,
+                 skip_bad_rows: bool = False) -> pd.DataFrame:
+    """MVBench (see the module docstring); ``tasks`` restricts to some of the 20 (default: all, and all
+    20 task files must be present). Extra columns: ``video_type`` (video / frame / gif), ``video_start``,
+    ``video_end`` (seconds, NaN without a bound) and ``video_fps`` (3 for frame folders, else NaN)."""
+    root = Path(root)
+    jdir = root / "json"
+    if not jdir.is_dir():
+        raise DataError(f"{root}: not an MVBench folder (no json/ folder with the task files)")
+    names = list(tasks) if tasks else list(MVBENCH_TASKS)
+    unknown = [t for t in names if t not in MVBENCH_TASKS]
+    if unknown:
+        raise DataError(f"unknown MVBench task(s) {unknown}; the 20 tasks are {list(MVBENCH_TASKS)}")
+    absent = [t for t in names if not (jdir / f"{t}.json").is_file()]
+    if absent:
+        raise DataError(f"{jdir}: missing task file(s) {[f'{t}.json' for t in absent]}")
+    col = _Collector(skip_bad_rows, n)
+    for task in names:
+        prefix, dtype, bounded = MVBENCH_TASKS[task]
+        jf = jdir / f"{task}.json"
+        for i, r in _json_records(jf):
+            if col.full:
+                break
+            where = f"{jf}, row {i}"
+            with col.row(jf, i):
+                try:
+                    video, question, cands, answer = r["video"], r["question"], list(r["candidates"]), r["answer"]
+                except (KeyError, TypeError) as e:
+                    raise DataError(f"{where}: missing field {e}") from e
+                ans = answer_index(cands, answer, where)
+                src = _mvbench_video(root, prefix, str(video))
+                if src is None:
+                    raise DataError(f"{where}: video not found: {root / 'video' / prefix / video} (nor under "
+                                    "video/data0613/)")
+                if dtype == "frame" and not src.is_dir():
+                    raise DataError(f"{where}: {src} should be a folder of frames (task {task})")
+                kind = "gif" if src.suffix.lower() == ".gif" else dtype
+                start = end = float("nan")
+                if bounded and "start" in r and "end" in r:
+                    start, end = float(r["start"]), float(r["end"])
+                    if not end > start:
+                        raise DataError(f"{where}: end {end} is not after start {start}")
+                col.add(MCQuestion("mvbench", f"{task}/{i}", str(question), [str(c) for c in cands], ans,
+                                   [str(src)], task, "video"), jf, i, where, video_type=kind, video_start=start,
+                        video_end=end, video_fps=MVBENCH_FRAME_FPS if kind == "frame" else float("nan"))
+        if col.full:
+            break
+    return col.frame(root)
+
+
+# ============================================================================================== generic
+def load_generic(path: str | Path, dataset: str | None = None, n: int | None = None,
+                 skip_bad_rows: bool = False) -> pd.DataFrame:
+    """Parquet (also a HF ``datasets`` folder of parquet shards), JSONL or JSON records."""
     p = Path(path)
     if p.is_dir():
         files = sorted(p.rglob("*.parquet"))
         if not files:
             raise DataError(f"{p}: no parquet files in folder")
-        df = pd.concat([pd.read_parquet(x) for x in files], ignore_index=True)
-    elif p.suffix == ".parquet":
-        df = pd.read_parquet(p)
-    elif p.suffix == ".jsonl":
-        df = pd.read_json(p, lines=True)
-    elif p.suffix == ".json":
-        df = pd.DataFrame(json.loads(p.read_text()))
+        records = (rec for f in files for rec in _table_rows(f))
     elif not p.exists():
         raise DataError(f"dataset file not found: {p}")
+    elif p.suffix in (".parquet", ".jsonl", ".json"):
+        records = _table_rows(p)
     else:
         raise DataError(f"{p}: unsupported dataset file type {p.suffix!r} (parquet, jsonl, json)")
     name = dataset or p.stem
     base = p if p.is_dir() else p.parent
-    qs = []
-    for i, r in enumerate((df.head(n) if n else df).to_dict("records")):
-        where = f"{p}, row {i}"
-        for col in ("question", "options", "answer"):
-            if col not in r:
-                raise DataError(f"{where}: missing field {col!r}")
-        opts = [str(o) for o in list(r["options"])]
-        a = r["answer"]
-        if isinstance(a, str) and not a.isdigit():
-            ans = LETTERS.index(a) if (len(a) == 1 and a in LETTERS[: len(opts)]) else answer_index(opts, a, where)
-        else:
-            ans = int(a)
-            if not 0 <= ans < len(opts):
-                raise DataError(f"{where}: answer index {ans} is not among the {len(opts)} options {opts}")
-        imgs = _image_field(r.get("images", r.get("image")), base, where, name)
-        modality = r.get("modality") or ("text" if not imgs else "image" if len(imgs) == 1 else "multi-image")
-        qs.append(MCQuestion(name, str(r.get("question_id", r.get("id", i))), str(r["question"]), opts, ans, imgs,
-                             str(r.get("category", "") or ""), modality))
-    return validate_questions(questions_frame(qs), source=p)
+    col = _Collector(skip_bad_rows, n)
+    for f, i, r in records:
+        if col.full:
+            break
+        where = f"{f}, row {i}"
+        with col.row(f, i):
+            for c in ("question", "options", "answer"):
+                if c not in r:
+                    raise DataError(f"{where}: missing field {c!r}")
+            opts = [str(o) for o in list(r["options"])]
+            a = r["answer"]
+            if isinstance(a, str) and not a.isdigit():
+                ans = LETTERS.index(a) if (len(a) == 1 and a in LETTERS[: len(opts)]) else answer_index(opts, a, where)
+            else:
+                ans = int(a)
+                if not 0 <= ans < len(opts):
+                    raise DataError(f"{where}: answer index {ans} is not among the {len(opts)} options {opts}")
+            imgs = image_field(r.get("images", r.get("image")), base, where, name)
+            modality = r.get("modality") or ("text" if not imgs else "image" if len(imgs) == 1 else "multi-image")
+            col.add(MCQuestion(name, str(r.get("question_id", r.get("id", i))), str(r["question"]), opts, ans, imgs,
+                               str(r.get("category", "") or ""), modality), f, i, where)
+    return col.frame(p)
 
 
-def load_dataset(spec: str, n: int | None = None, seed: int = 0) -> pd.DataFrame:
-    """One entry point, by name: ``synthetic-vqa``, ``synthetic-text`` (its text-only subset), ``easy-vqa``,
-    or ``<kind>:<path>`` with kind in aokvqa (``aokvqa:<json>::<coco_dir>``), mmbench, mmstar, vstar, generic."""
+# ============================================================================================== one entry point
+def _two_paths(path: str) -> tuple[str, str | None]:
+    first, _, second = path.partition("::")
+    return first, (second or None)
+
+
+#: ``<kind>`` of a ``<kind>:<path>`` spec -> loader taking ``(path, n=, skip_bad_rows=)``.
+DATASET_KINDS: dict[str, Callable[..., pd.DataFrame]] = {
+    "aokvqa": lambda p, **kw: load_aokvqa(*_two_paths(p), **kw),
+    "mmbench": lambda p, **kw: load_mmbench(p, **kw),
+    "mmstar": lambda p, **kw: load_mmstar(p, **kw),
+    "vstar": lambda p, **kw: load_vstar(p, **kw),
+    "hrbench4k": lambda p, **kw: load_hrbench(p, name="hrbench-4k", **kw),
+    "hrbench8k": lambda p, **kw: load_hrbench(p, name="hrbench-8k", **kw),
+    "mme-realworld-lite": lambda p, **kw: load_mme_realworld_lite(*_two_paths(p), **kw),
+    "mmmu-pro": lambda p, **kw: load_mmmu_pro(_two_paths(p)[0], None, _two_paths(p)[1], **kw),
+    "mmmu-pro-s4": lambda p, **kw: load_mmmu_pro(_two_paths(p)[0], "s4", _two_paths(p)[1], **kw),
+    "mmmu-pro-s10": lambda p, **kw: load_mmmu_pro(_two_paths(p)[0], "s10", _two_paths(p)[1], **kw),
+    "mmmu-pro-vision": lambda p, **kw: load_mmmu_pro(_two_paths(p)[0], "vision", _two_paths(p)[1], **kw),
+    "mvbench": lambda p, **kw: load_mvbench(p, **kw),
+    "generic": lambda p, **kw: load_generic(p, **kw),
+}
+
+
+def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: bool = False) -> pd.DataFrame:
+    """One entry point, by name: ``synthetic-vqa``, ``synthetic-image`` / ``synthetic-text`` (its image /
+    text-only subsets), ``easy-vqa``, or ``<kind>:<path>`` for a benchmark release (kinds: see
+    :data:`DATASET_KINDS` and the module docstring). ``skip_bad_rows``: leave bad rows out (listed in
+    ``df.attrs["skipped_rows"]``) instead of raising :class:`DataError`."""
     from .easyvqa import load_easy_vqa
     from .synthetic import make_synthetic_vqa
 
@@ -254,14 +800,12 @@ def load_dataset(spec: str, n: int | None = None, seed: int = 0) -> pd.DataFrame
         return load_easy_vqa(n=n or 200, seed=seed)
     elif ":" in spec:
         kind, path = spec.split(":", 1)
-        loaders: dict[str, Callable[..., pd.DataFrame]] = {
-            "mmbench": load_mmbench, "mmstar": load_mmstar, "vstar": load_vstar, "generic": load_generic}
-        if kind == "aokvqa":
-            ann, _, coco = path.partition("::")
-            return load_aokvqa(ann, coco or Path(ann).parent, n=n)
-        if kind not in loaders:
-            raise DataError(f"unknown dataset kind {kind!r}; use one of aokvqa, {', '.join(loaders)}")
-        return loaders[kind](path, n=n)
+        if kind not in DATASET_KINDS:
+            raise DataError(f"unknown dataset kind {kind!r}; use one of {', '.join(DATASET_KINDS)}")
+        return DATASET_KINDS[kind](path, n=n, skip_bad_rows=skip_bad_rows)
     else:
-        raise DataError(f"unknown dataset {spec!r}: use synthetic-vqa, synthetic-text, easy-vqa or <kind>:<path>")
-    return df.head(n).reset_index(drop=True) if n else df
+        raise DataError(f"unknown dataset {spec!r}: use synthetic-vqa, synthetic-image, synthetic-text, easy-vqa "
+                        f"or <kind>:<path> with kind in {', '.join(DATASET_KINDS)}")
+    out = df.head(n).reset_index(drop=True) if n else df
+    out.attrs["skipped_rows"] = []
+    return out

@@ -16,16 +16,12 @@ checkpoint builder in :mod:`mmfragile.models.tiny` for the conformance suite.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
 import torch
 
 from ..schema import DataError
-from .base import Prompt
-
-#: an image reference inside prompt text, as MMMU(-Pro) writes it: "<image 1>", "<image 2>", ...
-IMAGE_REF = re.compile(r"<image (\d+)>")
+from .base import IMAGE_MARKER, Prompt, split_interleaved, unnamed_images
 
 
 class EngineInexact(ValueError):
@@ -51,38 +47,34 @@ class FamilyAdapter:
     # ------------------------------------------------------------------ prompts
     def content(self, prompt: Prompt) -> list[dict]:
         """The user turn's content parts. A video prompt is one video part (families without video take its frames
-        as images). ``<image k>`` references in the text are replaced by image k where the family interleaves;
-        otherwise the references stay in the text and the images come first, in order (as VLMEvalKit does for
-        models without interleaved input)."""
-        text = prompt.text
-        if prompt.video and prompt.images and self.video:
-            return [{"type": "video"}, {"type": "text", "text": text}]
-        n = len(prompt.images)
-        refs = [int(k) for k in IMAGE_REF.findall(text)]
-        if self.interleave and refs:
-            bad = [k for k in refs if not 1 <= k <= n]
-            if bad:
-                raise DataError(f"prompt text names <image {bad[0]}> but the prompt has {n} image(s): {text[:120]!r}")
-            parts: list[dict] = [{"type": "image"} for k in range(1, n + 1) if k not in refs]  # unnamed images first
-            placed: set[int] = set()
-            for piece in IMAGE_REF.split(text):  # split keeps the captured numbers at odd positions
-                if piece.isdigit() and f"<image {piece}>" in text and int(piece) not in placed:
-                    parts.append({"type": "image"})
-                    placed.add(int(piece))
-                elif piece.isdigit() and int(piece) in placed:
-                    parts.append({"type": "text", "text": f"<image {piece}>"})  # a second mention stays text
-                elif piece:
-                    parts.append({"type": "text", "text": piece})
-            return _merge_text(parts)
-        return [{"type": "image"} for _ in range(n)] + [{"type": "text", "text": text}]
+        as images). Where the family interleaves, ``<image k>`` markers are replaced by image k (its first mention;
+        a later mention stays text) and images the text never names come first; otherwise the markers stay in the
+        text and all images come first, in order (as VLMEvalKit does for models without interleaved input)."""
+        return self._layout(prompt)[0]
 
     def image_order(self, prompt: Prompt) -> list[int]:
         """Indices of ``prompt.images`` in the order their image parts appear in :meth:`content`."""
-        n = len(prompt.images)
-        refs = list(dict.fromkeys(int(k) for k in IMAGE_REF.findall(prompt.text)))
-        if self.interleave and refs and not (prompt.video and self.video):
-            return [k - 1 for k in range(1, n + 1) if k not in refs] + [k - 1 for k in refs]
-        return list(range(n))
+        return self._layout(prompt)[1]
+
+    def _layout(self, prompt: Prompt) -> tuple[list[dict], list[int]]:
+        text, n = prompt.text, len(prompt.images)
+        if prompt.video and prompt.images and self.video:
+            return [{"type": "video"}, {"type": "text", "text": text}], []
+        if not (self.interleave and IMAGE_MARKER.search(text)):
+            return [{"type": "image"}] * n + [{"type": "text", "text": text}], list(range(n))
+        try:
+            pieces = split_interleaved(text, n)
+        except ValueError as e:
+            raise DataError(f"{e}: {text[:120]!r}") from e
+        order = unnamed_images(text, n)
+        parts: list[dict] = [{"type": "image"}] * len(order)
+        for piece in pieces:
+            if isinstance(piece, int) and piece not in order:
+                parts.append({"type": "image"})
+                order.append(piece)
+            else:
+                parts.append({"type": "text", "text": piece if isinstance(piece, str) else f"<image {piece + 1}>"})
+        return _merge_text(parts), order
 
     def messages(self, prompt: Prompt) -> list[dict]:
         msgs: list[dict] = []

@@ -13,15 +13,52 @@ templates interleave put image k there (:mod:`mmfragile.models.adapters`). Backe
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
+#: An image marker in prompt text: ``<image k>``, k counted from 1 (MMMU / MMMU-Pro spelling; the regex
+#: of MMMU-Pro's ``infer_transformers.py``, ``<image\s+(\d+)>``).
+IMAGE_MARKER = re.compile(r"<image\s+(\d+)>")
+
+
+def split_interleaved(text: str, n_images: int) -> list[str | int]:
+    """``text`` cut at its ``<image k>`` markers: text segments (str) and 0-based image indices (int, k - 1)
+    in reading order, e.g. ``"See <image 1> and <image 2>."`` -> ``["See ", 0, " and ", 1, "."]``.
+
+    Empty segments (text starting with a marker, two adjacent markers) are left out; a marker named twice
+    appears twice. Joining the segments with ``f"<image {i + 1}>"`` in place of each index gives back
+    ``text``. Images never named in ``text`` are not in the result: :func:`unnamed_images` lists them
+    (a chat template that interleaves puts them before the text, like a template that does not).
+    Raises ``ValueError`` for a marker naming no image (k < 1 or k > n_images)."""
+    out: list[str | int] = []
+    pos = 0
+    for m in IMAGE_MARKER.finditer(text):
+        k = int(m.group(1))
+        if not 1 <= k <= n_images:
+            raise ValueError(f"{m.group(0)!r} at character {m.start()} names no image: the prompt has {n_images}")
+        if m.start() > pos:
+            out.append(text[pos:m.start()])
+        out.append(k - 1)
+        pos = m.end()
+    if pos < len(text):
+        out.append(text[pos:])
+    return out
+
+
+def unnamed_images(text: str, n_images: int) -> list[int]:
+    """0-based indices of the images ``text`` never names with ``<image k>``, in order."""
+    named = {int(k) - 1 for k in IMAGE_MARKER.findall(text)}
+    return [i for i in range(n_images) if i not in named]
 
 
 @dataclass
 class Prompt:
+    """One user turn. ``text`` may contain ``<image k>`` markers that refer to ``images[k-1]``
+    (interleaved benchmarks such as MMMU-Pro); :func:`split_interleaved` cuts it for chat templates."""
+
     text: str
     images: list = field(default_factory=list)
     system: str | None = None

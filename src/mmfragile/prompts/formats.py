@@ -3,8 +3,10 @@
 Reproduces the prompt template of "Unexplored Flaws in Multiple-Choice VQA Evaluations"
 (seed ``format-bias-mcvqa``): Fig. 1 / Sec. 2.2 (question, options indexed by option IDs,
 instruction), Table 1 (the 4 x 4 x 3 = 48 prompt format variations), Table 3 / Sec. A.1
-(the optimised instruction prompt and the V*Bench reference prompt), Table 5 (the standard
-format of each dataset), Sec. 4.2 / B.3 (circular evaluation), Sec. A.3 (exact-match accuracy
+(the optimised instruction prompt and the V*Bench reference prompt; Table 3 is "used across all
+multiple-choice VQA datasets", so every dataset - the ones the paper does not cover included - gets the
+same ``"paper"`` instruction), Table 5 (the standard format of each dataset; the datasets it does not
+list - HRBench-8K and the Promptception benchmarks - are inferred in :data:`INFERRED_STANDARD`), Sec. 4.2 / B.3 (circular evaluation), Sec. A.3 (exact-match accuracy
 and coverage) and Sec. A.4 (generation budget = longest tokenised option ID).
 
 Level names (shared with :mod:`mmfragile.metrics.formatbias`, do not rename):
@@ -235,28 +237,53 @@ _STANDARD = {
     "MMBench": PromptFormat("uppercase", "dot", "semicolon"),
     "MME-RealWorld-Lite": PromptFormat("uppercase", "double_brackets", "line_break"),
     "V*Bench": PromptFormat("uppercase", "dot", "line_break"),
+    # Not in Table 5 (inferred, see INFERRED_STANDARD): HR-Bench 8K is the same release and prompt code as 4K.
+    "HRBench-8K": PromptFormat("uppercase", "dot", "line_break"),
+    # Not in Table 5 (inferred): the Promptception benchmarks in the option format of its baseline prompt.
+    "MMStar": PromptFormat("uppercase", "dot", "line_break"),
+    "MMMU-Pro": PromptFormat("uppercase", "dot", "line_break"),
+    "MVBench": PromptFormat("uppercase", "dot", "line_break"),
     # Ours: the most common choice in Table 5 per factor (uppercase 4/5, dot 3/5, line break 4/5).
     "synthetic-vqa": PromptFormat("uppercase", "dot", "line_break"),
     "easy-vqa": PromptFormat("uppercase", "dot", "line_break"),
 }
 
+#: Standard formats that Table 5 does not print, with where they come from. HRBench-8K: Table 5 lists
+#: HR-Bench 4K only; 8K ships in the same release (HF ``DreamMr/HR-Bench``) and both are prompted by the
+#: same code (HR-Bench's ``vlmeval/dataset/image_mcq.py``, ``"A. x\n"`` lines), so 8K gets 4K's format.
+#: MMStar, MMMU-Pro, MVBench (the Promptception benchmarks, absent from the format-bias paper): the format
+#: the Promptception study shows them in - its baseline prompt (Fig. 3, Type 1.1 "<LETTER>.": ``A. x`` on
+#: separate lines; the authors' ``parse_options`` default) - i.e. uppercase, dot, line break.
+INFERRED_STANDARD: dict[str, str] = {
+    "HRBench-8K": "same release and prompt code as HR-Bench 4K (Table 5: Upp., Dot, Line break)",
+    "MMStar": "Promptception baseline prompt (Fig. 3, Type 1.1: 'A. x' lines)",
+    "MMMU-Pro": "Promptception baseline prompt (Fig. 3, Type 1.1: 'A. x' lines)",
+    "MVBench": "Promptception baseline prompt (Fig. 3, Type 1.1: 'A. x' lines)",
+}
+
 _ALIASES = {
     "aokvqa": "A-OKVQA",
     "hrbench4k": "HRBench-4K", "hrbench": "HRBench-4K",
+    "hrbench8k": "HRBench-8K",
     "mmbench": "MMBench", "mmbenchdev": "MMBench", "mmbenchen": "MMBench", "mmbenchdeven": "MMBench",
+    "mmbenchdevenv11": "MMBench",
     "mmerealworldlite": "MME-RealWorld-Lite", "mmerwlite": "MME-RealWorld-Lite",
     "mmerealworld": "MME-RealWorld-Lite",
     "vbench": "V*Bench", "vstarbench": "V*Bench", "vstar": "V*Bench",
+    "mmstar": "MMStar",
+    "mmmupro": "MMMU-Pro", "mmmupros4": "MMMU-Pro", "mmmupros10": "MMMU-Pro",
+    "mvbench": "MVBench",
     "syntheticvqa": "synthetic-vqa", "easyvqa": "easy-vqa",
 }
 
-
 class _StandardFormats(Mapping):
-    """Read-only mapping dataset -> standard :class:`PromptFormat` (Table 5).
+    """Read-only mapping dataset -> standard :class:`PromptFormat` (Table 5, plus the inferred entries of
+    :data:`INFERRED_STANDARD`).
 
     Keys are the paper's dataset names; lookups are forgiving: case and punctuation are
     ignored and common aliases work (``"a-okvqa"``, ``"vstar"``, ``"hr-bench-4k"``,
-    ``"MME-RW-Lite"``, ``"mmbench-dev"``).
+    ``"MME-RW-Lite"``, ``"mmbench-dev"``, and the loaders' names ``"hrbench-8k"``, ``"mmmu-pro-s10"``,
+    ``"mvbench"``). The MMMU-Pro vision setting has no standard format: its options are in the image.
     """
 
     def __getitem__(self, key: str) -> PromptFormat:
@@ -498,7 +525,7 @@ def score_outputs(raw_outputs: Sequence[str | None], prompts: Sequence[Formatted
 __all__ = [
     "MAX_OPTIONS", "OPTION_ID_SETS", "DELIMITERS", "SEPARATORS", "ID_NOUNS", "TABLE_ORDER",
     "PAPER_INSTRUCTION", "VSTAR_INSTRUCTION", "INSTRUCTIONS", "instruction_text",
-    "PromptFormat", "option_ids_for", "all_formats", "STANDARD_FORMATS", "standard_format",
+    "PromptFormat", "option_ids_for", "all_formats", "STANDARD_FORMATS", "INFERRED_STANDARD", "standard_format",
     "circular_shifts", "shift_options", "circular_items", "FormattedPrompt", "build_mc_prompt",
     "ClozePrompt", "build_cloze_prompt", "max_new_tokens_for", "score_exact_match", "score_outputs",
 ]

@@ -51,11 +51,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from ..data.loaders import run_info
 from ..metrics import formatbias as fb
 from ..metrics import mitigation as mit
 from ..models.base import MLLM
@@ -64,7 +65,8 @@ from ..schema import DataError, MCQuestion
 from ..store import ResultStore, find_stores
 
 __all__ = [
-    "STUDY", "CP_LN_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "open_store", "open_cp_ln_store",
+    "STUDY", "CP_LN_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "video_settings", "run_info",
+    "open_store", "open_cp_ln_store",
     "run_format_bias", "run_cp_ln", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
     "standard_rows", "reference_formats", "StudyData", "load_study", "default_figures_dir", "figure_note_for", "per_format_table",
     "answer_confidence_bins", "fit_lmm_with_fallback", "most_common_option_count", "subset_option_count",
@@ -98,35 +100,58 @@ def store_dir(results_dir: str | Path, model: str, dataset: str, kind: str = "gr
 
 
 def run_config(model: str, dataset: str, n: int | None, formats: Sequence[str] | None = None,
-               study: str = STUDY) -> dict[str, Any]:
-    """The store config (the keys ``mmfragile formats`` uses, so CLI and notebook runs share stores)."""
-    if study == CP_LN_STUDY:
-        return {"study": study, "model": model, "dataset": dataset, "n": n}
-    return {"study": study, "model": model, "dataset": dataset, "n": n,
-            "formats": None if formats is None else ",".join(formats)}
+               study: str = STUDY, video: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The store config (the keys ``mmfragile formats`` uses, so CLI and notebook runs share stores).
+    ``video`` (``n_frames``, ``fps``, ``video_bounds``) is added only for datasets with video questions, so
+    image-only stores keep their config."""
+    cfg: dict[str, Any] = {"study": study, "model": model, "dataset": dataset, "n": n}
+    if study != CP_LN_STUDY:
+        cfg["formats"] = None if formats is None else ",".join(formats)
+    if video:
+        cfg["video"] = dict(video)
+    return cfg
+
+
+def video_settings(questions: pd.DataFrame, n_frames: int | None = None, fps: float | None = None,
+                   video_bounds: bool = True) -> dict[str, Any] | None:
+    """The frame sampling of a run (for :func:`run_config`), or None when ``questions`` has no video."""
+    if "modality" not in questions or not (questions["modality"] == "video").any():
+        return None
+    return {"n_frames": n_frames, "fps": fps, "video_bounds": bool(video_bounds)}
 
 
 def open_store(results_dir: str | Path, model: str, dataset: str, n: int | None,
-               formats: Sequence[str] | None = None) -> ResultStore:
+               formats: Sequence[str] | None = None, video: Mapping[str, Any] | None = None,
+               info: Mapping[str, Any] | None = None) -> ResultStore:
     """The grid store of ``model`` x ``dataset`` (created, or resumed if its config matches)."""
-    return ResultStore(store_dir(results_dir, model, dataset), config=run_config(model, dataset, n, formats))
+    return ResultStore(store_dir(results_dir, model, dataset),
+                       config=run_config(model, dataset, n, formats, video=video), run_info=info)
 
 
-def open_cp_ln_store(results_dir: str | Path, model: str, dataset: str, n: int | None) -> ResultStore:
+def open_cp_ln_store(results_dir: str | Path, model: str, dataset: str, n: int | None,
+                     video: Mapping[str, Any] | None = None, info: Mapping[str, Any] | None = None) -> ResultStore:
     return ResultStore(store_dir(results_dir, model, dataset, "cp_ln"),
-                       config=run_config(model, dataset, n, study=CP_LN_STUDY))
+                       config=run_config(model, dataset, n, study=CP_LN_STUDY, video=video), run_info=info)
 
 
 # ================================================================================================ running
 def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mode: str = "auto",
                     batch_size: int = 48, formats: Sequence[PromptFormat] | None = None,
-                    include_standard: bool = True, progress: bool = True) -> tuple[pd.DataFrame, dict[str, Any]]:
+                    include_standard: bool = True, progress: bool = True, n_frames: int | None = None,
+                    fps: float | None = None, video_bounds: bool = True,
+                    skip_bad_rows: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run the format grid (Sec. 4.2: every question x format x circular shift, plus the standard format) into
     ``store``; returns the store's table and timing ``{n_questions, n_items, n_new, seconds, s_per_question,
-    s_per_item}`` (per *newly evaluated* question / item; NaN if nothing was left to run)."""
+    s_per_item}`` (per *newly evaluated* question / item; NaN if nothing was left to run). Video questions:
+    see :func:`mmfragile.evaluate.format_bias_items`. ``skip_bad_rows``: questions that cannot be turned into
+    items are left out instead of raising; they and the rows the load skipped (``questions.attrs``) are
+    recorded in the store's config.json (:func:`run_info`)."""
     from ..evaluate import format_bias_items, run_items
 
-    items = format_bias_items(model, questions, formats=formats, include_standard=include_standard)
+    skipped: list[dict] | None = [] if skip_bad_rows else None
+    items = format_bias_items(model, questions, formats=formats, include_standard=include_standard,
+                              n_frames=n_frames, fps=fps, video_bounds=video_bounds, skipped=skipped)
+    store.set_run_info(run_info(questions, skipped or []))
     before = len(store)
     todo_q = {it.key["question_id"] for it in items if not store.is_done({"model": model.name, **it.key})}
     t0 = time.perf_counter()
@@ -142,7 +167,9 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mo
 
 
 def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, batch_questions: int = 4,
-              assistant_prefix: str = "", system: str | None = None, progress: bool = True) -> pd.DataFrame:
+              assistant_prefix: str = "", system: str | None = None, progress: bool = True,
+              n_frames: int | None = None, fps: float | None = None, video_bounds: bool = True,
+              skip_bad_rows: bool = False) -> pd.DataFrame:
     """CP-LN log-likelihoods (Sec. 4.3, B.3 Eq. 9-10): for every question and option, ``model.loglikelihood``
     of the option text as the continuation of the cloze prompt (:func:`build_cloze_prompt`: the question and its
     images, no options, IDs or instruction).
@@ -150,20 +177,39 @@ def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, batch_qu
     One row per question x option - key ``variant`` = the option index in canonical order - with columns
     ``model, dataset, question_id, variant, option, option_text, logprob, n_tokens, mean_logprob, answer,
     n_options, category, modality``. Resumable: options already in ``store`` are skipped; rows are appended
-    every ``batch_questions`` questions. Returns the store's full table."""
+    every ``batch_questions`` questions. Returns the store's full table. Video questions are shown as the
+    frames :func:`mmfragile.evaluate.format_bias_items` would show (``n_frames``, ``fps``, ``video_bounds``);
+    with ``skip_bad_rows`` a question whose video does not decode is left out and, like the rows the load
+    skipped, recorded in the store's config.json (:func:`run_info`)."""
     from tqdm.auto import tqdm
 
+    from ..data.video import question_frames
+    from ..schema import bad_row
+
     todo: list[tuple[MCQuestion, Any, int]] = []
+    skipped: list[dict] | None = [] if skip_bad_rows else None
     n_q = 0
     for rec in questions.to_dict("records"):
         q = MCQuestion.from_row(rec)
-        cz = build_cloze_prompt(q)
-        pending = [k for k in range(len(cz.continuations))
+        pending = [k for k in range(len(q.options))
                    if not store.is_done({"model": model.name, "dataset": q.dataset, "question_id": q.question_id,
                                          "variant": str(k)})]
+        if not pending:
+            continue
+        try:
+            cz = build_cloze_prompt(q)
+            if q.modality == "video" and q.images:
+                cz.images = question_frames(rec, n_frames=n_frames, fps=fps, use_bounds=video_bounds,
+                                            require_budget=True)
+        except DataError as e:
+            if skipped is None:
+                raise
+            skipped.append(bad_row(rec, e))
+            continue
         if pending:
             n_q += 1
             todo += [(q, cz, k) for k in pending]
+    store.set_run_info(run_info(questions, skipped or []))
     bar = tqdm(total=n_q, desc=f"{model.name} CP-LN", disable=not progress, unit="q")
     by_q: dict[tuple[str, str], list] = {}
     for q, cz, k in todo:

@@ -72,7 +72,8 @@ from ..store import ResultStore
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "DATASET", "SELFGEN_DATASET", "EXPERIMENTS",
-    "applicable", "scene_description", "scene_captioner", "build_judge_conditions", "judgment_seed",
+    "applicable", "scene_description", "scene_captioner", "build_judge_conditions", "release_conditions",
+    "judgment_seed", "main_rows",
     "sampled_generate", "JudgeRunReport", "parse_prompt_variant", "run_judge",
     "PairItem", "position_pairs", "verbosity_pairs", "make_verbose", "alternative_response", "run_pairwise",
     "generate_responses", "reference_responses", "selfgen_samples", "open_stores", "store_config",
@@ -214,6 +215,39 @@ def build_judge_conditions(samples: Sequence[JudgeSample], perturbations: Iterab
 
 
 # ---------------------------------------------------------------------------------------------- decoding
+def release_conditions(samples: Sequence[JudgeSample],
+                       perturbations: Iterable[str] = PERTURBATIONS) -> list[tuple[str, JudgeSample]]:
+    """The MM-JudgeBias release's own triplets as ``[(condition, sample), ...]``: for every released record
+    (:func:`mmfragile.data.judge_synthetic.load_judge_dir`, paired shape) ``("original", unbiased)`` and
+    ``(bias_type, biased)`` - the benchmark's fixed pairs (Sec. 3.4), no perturbation is regenerated.
+    Records whose bias type is not in ``perturbations`` are left out; an unknown bias type is a
+    :class:`~mmfragile.schema.DataError` naming the record's file and row."""
+    from ..schema import DataError
+
+    wanted = [p for p in dict.fromkeys(str(p) for p in perturbations) if p != UNPERTURBED]
+    unknown = [p for p in wanted if p not in PERTURBATIONS]
+    if unknown:
+        raise KeyError(f"unknown perturbation(s) {unknown}; known: {list(PERTURBATIONS)}")
+    by_id: dict[str, dict[str, JudgeSample]] = {}
+    for s in samples:
+        role = s.meta.get("role")
+        if role not in ("unbiased", "biased"):
+            raise DataError(f"{s.meta.get('source_file')}, row {s.meta.get('source_row')}: sample {s.sample_id!r} is "
+                            "not from a released (paired) record; use build_judge_conditions for flat samples")
+        by_id.setdefault(s.sample_id, {})[role] = s
+    out: list[tuple[str, JudgeSample]] = []
+    for sid, pair in by_id.items():
+        b = pair.get("biased")
+        bias = b.perturbation if b is not None else None
+        if bias not in PERTURBATIONS:
+            src = (b or pair["unbiased"]).meta
+            raise DataError(f"{src.get('source_file')}, row {src.get('source_row')}: bias_type {bias!r} is not one "
+                            f"of the nine types {list(PERTURBATIONS)}")
+        if bias in wanted and "unbiased" in pair:
+            out += [(UNPERTURBED, pair["unbiased"]), (bias, b)]
+    return out
+
+
 def judgment_seed(seed: int, *parts: Any) -> int:
     """A 63-bit seed for one judgment from the run seed and its identifying parts (judge, sample id,
     condition, prompt variant, run ...): independent of batching and processing order."""
@@ -639,14 +673,24 @@ def _rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
     return rows.read() if isinstance(rows, ResultStore) else rows
 
 
+def main_rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
+    """The main-study score rows: every dataset (the synthetic set or the MM-JudgeBias release) except the
+    self-enhancement ones (``<dataset>-selfgen``)."""
+    d = _rows(rows)
+    if d.empty:
+        return d
+    return d[~d["dataset"].astype(str).str.endswith(SELFGEN_DATASET_SUFFIX)]
+
+
 def judgment_table(rows: pd.DataFrame | ResultStore, prompt_variant: str | None = "original", *,
-                   dataset: str | None = DATASET, label_variant: bool = False) -> pd.DataFrame:
+                   dataset: str | None = "main", label_variant: bool = False) -> pd.DataFrame:
     """Stored score rows -> the judgment table of :mod:`mmfragile.metrics.judgebias` (``judge, sample_id,
     perturbation, run, score, status`` + ``prompt_variant, generator, kind, modality, gold_score``).
 
     ``prompt_variant`` filters one prompt variant (None: all - then use ``label_variant=True``, which makes
     ``judge`` = ``"<judge> [<variant>]"``, so the variants do not collide). ``dataset`` filters the main
-    judgments (None: all datasets, e.g. with the self-enhancement rows)."""
+    judgments: ``"main"`` (default) every dataset but the self-enhancement ones (:func:`main_rows`), a
+    name that dataset only, None all datasets (e.g. with the self-enhancement rows)."""
     d = _rows(rows)
     if d.empty:
         return pd.DataFrame(columns=["judge", "sample_id", "perturbation", "run", "score", "status"])
@@ -654,7 +698,9 @@ def judgment_table(rows: pd.DataFrame | ResultStore, prompt_variant: str | None 
         d = d[d["experiment"].isna()]
     if prompt_variant is not None:
         d = d[d["prompt_variant"] == prompt_variant]
-    if dataset is not None:
+    if dataset == "main":
+        d = main_rows(d)
+    elif dataset is not None:
         d = d[d["dataset"] == dataset]
     d = d.copy()
     if label_variant:

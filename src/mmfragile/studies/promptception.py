@@ -25,7 +25,6 @@ Results go through :func:`mmfragile.evaluate.run_items` into a resumable
 """
 from __future__ import annotations
 
-import hashlib
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -38,9 +37,9 @@ import pandas as pd
 from ..evaluate import EvalItem
 from ..extraction import extract_answer, is_refusal
 from ..models.base import MLLM
-from ..paths import cache_dir
+from ..data.video import IMAGE_EXTS, VIDEO_EXTS, frame_indices, question_frames, sample_frames  # noqa: F401
 from ..prompts.promptception import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
-from ..schema import DataError, MCQuestion
+from ..schema import DataError, MCQuestion, bad_row, options_in_image, row_where
 from ..store import find_stores
 
 __all__ = [
@@ -53,8 +52,6 @@ __all__ = [
 DEFAULT_MAX_NEW_TOKENS = 48
 #: Order in which :func:`select_questions` spreads a small sample over modalities.
 MODALITY_ORDER = ("image", "video", "multi-image", "text")
-IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".gif"}
-VIDEO_EXTS = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".flv", ".mpg", ".mpeg", ".wmv", ".3gp"}
 
 
 # ---------------------------------------------------------------------------------------------- items
@@ -78,7 +75,8 @@ def resolve_model_kind(model: MLLM, model_kind: str = "auto") -> str:
 def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequence[str] | None = None,
                         model_kind: str = "open", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                         n_frames: int | None = None, fps: float | None = None, source_fps: float | None = None,
-                        omit_dollar: bool = False, system: str | None = None) -> list[PromptceptionItem]:
+                        omit_dollar: bool = False, system: str | None = None, video_bounds: bool = False,
+                        skipped: list[dict] | None = None) -> list[PromptceptionItem]:
     """One item per question x prompt type (Sec. 3), grouped by question for the prefix-sharing engine.
 
     ``prompt_ids`` (a list, or one comma-separated string) defaults to the 61 prompt types (no separate
@@ -86,9 +84,16 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
     prompts a question's modality does not support (11.4 / 11.5 on non-video questions) are skipped.
     ``model_kind`` is "open", "proprietary" (Appendix A's two answer-format variants) or "auto"
     (proprietary for OpenAI-compatible API models). ``omit_dollar`` drops the ``$`` of ``$LETTER``
-    (Appendix J, GPT-4o). Video questions get their frames through :func:`sample_frames` with
-    ``n_frames`` / ``fps`` / ``source_fps`` (a question whose ``images`` is one video file, GIF or frame
-    folder is decoded there). Questions with images are skipped, with a warning, for a text-only model.
+    (Appendix J, GPT-4o). Video questions get their frames through
+    :func:`mmfragile.data.video.question_frames` with ``n_frames`` / ``fps`` / ``source_fps`` (a question
+    whose ``images`` is one video file, GIF or frame folder is decoded there). ``video_bounds=False``
+    (default) samples the whole clip even where MVBench gives a start/end window: the Promptception
+    authors' released ``Datasets/MVBench/mvbench.json`` carries no start/end and their loaders sample the
+    whole video; ``True`` follows MVBench's own protocol. Questions with images are skipped, with a warning,
+    for a text-only model. A question the study cannot show - options in the image (MMMU-Pro vision: the
+    authors ran it with a separate prompt file, ``Prompts_MMMU-Pro-Vision.yaml``, not in the catalog), a
+    video that does not decode, more options than letters - raises :class:`DataError` naming its file and
+    row, or with a ``skipped`` list is appended there (``{"file", "row", "reason"}``) and left out.
 
     Key columns: ``dataset, question_id, variant (= prompt_id), prompt_id, category`` (prompt category
     1-15), ``supercategory`` (1-6), ``intent, modality, n_options`` (the question's own options) and
@@ -102,20 +107,46 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     items: list[PromptceptionItem] = []
-    skipped: list[str] = []
+    text_only_skips: list[str] = []
     for rec in questions.to_dict("records"):
         q = MCQuestion.from_row(rec)
         if q.images and not getattr(model, "supports_images", True):
-            skipped.append(q.question_id)
+            text_only_skips.append(q.question_id)
             continue
-        images = list(q.images)
-        if q.modality == "video" and images:
-            images = sample_frames(images, n_frames=n_frames, fps=fps, source_fps=source_fps)
-        for pt in types:
-            if not pt.supports(q.modality):
-                continue
+        try:
+            new = _question_items(q, rec, types, kind, max_new_tokens, n_frames, fps, source_fps, omit_dollar,
+                                  system, video_bounds)
+        except DataError as e:
+            if skipped is None:
+                raise
+            skipped.append(bad_row(rec, e))
+            continue
+        items += new
+    if text_only_skips:
+        warnings.warn(f"{getattr(model, 'name', 'model')} is text-only: skipped {len(text_only_skips)} question(s) "
+                      f"with images ({text_only_skips[:5]}{' ...' if len(text_only_skips) > 5 else ''})", stacklevel=2)
+    items.sort(key=lambda it: (it.group, it.max_new_tokens))  # stable: prompt order kept within a question
+    return items
+
+
+def _question_items(q: MCQuestion, rec: dict, types, kind: str, max_new_tokens: int, n_frames, fps, source_fps,
+                    omit_dollar: bool, system: str | None, video_bounds: bool) -> list[PromptceptionItem]:
+    where = row_where(rec)
+    if options_in_image(rec):
+        raise DataError(f"{where}: the options are in the image (MMMU-Pro vision setting); its prompts "
+                        "(the authors' Prompts_MMMU-Pro-Vision.yaml) are not in the Promptception catalog")
+    images = list(q.images)
+    if q.modality == "video" and images:
+        images = question_frames(rec, n_frames=n_frames, fps=fps, use_bounds=video_bounds, source_fps=source_fps)
+    items = []
+    for pt in types:
+        if not pt.supports(q.modality):
+            continue
+        try:
             r = pt.render(q, model_kind=kind, omit_dollar=omit_dollar)
-            items.append(PromptceptionItem(
+        except DataError as e:
+            raise DataError(f"{where}: {e}") from e
+        items.append(PromptceptionItem(
                 key={"dataset": q.dataset, "question_id": q.question_id, "variant": pt.prompt_id,
                      "prompt_id": pt.prompt_id, "category": int(pt.category), "supercategory": int(pt.supercategory),
                      "intent": pt.intent if pt.intent is not None else ("neutral" if pt.prompt_id == BASELINE_ID else ""),
@@ -123,10 +154,6 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
                 prompt=r.to_prompt(images=images, system=system), option_ids=list(r.valid_letters),
                 answer_id=r.answer_letter, max_new_tokens=int(max_new_tokens),
                 question=q.question, options=list(r.options)))
-    if skipped:
-        warnings.warn(f"{getattr(model, 'name', 'model')} is text-only: skipped {len(skipped)} question(s) with "
-                      f"images ({skipped[:5]}{' ...' if len(skipped) > 5 else ''})", stacklevel=2)
-    items.sort(key=lambda it: (it.group, it.max_new_tokens))  # stable: prompt order kept within a question
     return items
 
 
@@ -166,152 +193,6 @@ def make_score_fn(extractor_model: MLLM | None = None, exclude_refusals: bool = 
     return score
 
 
-# ---------------------------------------------------------------------------------------------- video
-def frame_indices(total: int, n_frames: int | None = None, fps: float | None = None,
-                  source_fps: float | None = None) -> list[int]:
-    """Indices of the frames kept out of ``total`` (Appendix F, Table 11: "FPS" and "Frames").
-
-    The rule is the one of the LLaVA-OneVision video loader (Table 11's first model): take every
-    ``round(source_fps / fps)``-th frame (sampling at ``fps``); if that gives more than ``n_frames``
-    frames - or when only ``n_frames`` is given - sample ``n_frames`` uniformly over the whole video,
-    endpoints included: ``floor(linspace(0, total - 1, n_frames))``. E.g. 10 frames -> 4: 0, 3, 6, 9;
-    6 -> 4: 0, 1, 3, 5; 10 frames at 2 fps sampled at 1 fps: 0, 2, 4, 6, 8. With ``n_frames >= total``
-    every frame is kept once (no frame is repeated). Neither argument: all frames.
-    """
-    total = int(total)
-    if total < 1:
-        raise ValueError(f"a video needs at least one frame, got {total}")
-    if n_frames is not None and int(n_frames) < 1:
-        raise ValueError(f"n_frames must be >= 1, got {n_frames}")
-    idx = list(range(total))
-    if fps is not None:
-        if fps <= 0:
-            raise ValueError(f"fps must be > 0, got {fps}")
-        if not source_fps or source_fps <= 0:
-            raise ValueError("sampling at a frame rate (fps) needs the source frame rate (source_fps); frame lists "
-                             "and folders carry none - pass source_fps, or use n_frames")
-        step = max(1, int(round(source_fps / fps)))
-        idx = list(range(0, total, step))
-    if n_frames is not None and len(idx) > int(n_frames):
-        idx = [int(i) for i in np.linspace(0, total - 1, int(n_frames)).astype(int)]
-    return idx
-
-
-def _natural_key(p: Path) -> list:
-    return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", p.name)]
-
-
-def _frames_dir(source: Path, out_dir: str | Path | None) -> Path:
-    if out_dir is not None:
-        d = Path(out_dir)
-    else:
-        st = source.stat()
-        tag = hashlib.sha1(f"{source.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
-        d = cache_dir("frames", f"{source.stem}-{tag}")
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _save_frame(img, path: Path) -> str:
-    if not path.exists():  # same source + index -> same frame: keep the file written once
-        tmp = path.with_name(f".{path.stem}.tmp.png")
-        img.convert("RGB").save(tmp, format="PNG")
-        tmp.replace(path)
-    return str(path.resolve())
-
-
-def _gif_frames(path: Path, n_frames, fps, source_fps, out_dir) -> list[str]:
-    from PIL import Image, ImageSequence, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            total = getattr(im, "n_frames", 1)
-            if source_fps is None and fps is not None:
-                durs = [fr.info.get("duration", 0) for fr in ImageSequence.Iterator(im)]
-                mean = float(np.mean(durs)) if durs else 0.0
-                source_fps = 1000.0 / mean if mean > 0 else None
-            keep = frame_indices(total, n_frames, fps, source_fps)
-            out = _frames_dir(path, out_dir)
-            paths = {}
-            for i, fr in enumerate(ImageSequence.Iterator(im)):
-                if i in keep and i not in paths:
-                    paths[i] = _save_frame(fr, out / f"frame_{i:06d}.png")
-    except (UnidentifiedImageError, OSError, SyntaxError) as e:
-        raise DataError(f"{path}: unreadable animated image: {e}") from e
-    return [paths[i] for i in keep]
-
-
-def _video_frames(path: Path, n_frames, fps, source_fps, out_dir) -> list[str]:
-    try:
-        import av  # PyAV: optional, only for real video files
-    except ImportError as e:
-        raise ImportError(f"{path}: decoding {path.suffix} video needs PyAV (`pip install av`), which is not "
-                          "installed; alternatively pass a folder of extracted frames, a list of frame paths "
-                          "or a GIF") from e
-    try:
-        with av.open(str(path)) as container:
-            stream = container.streams.video[0]
-            rate = float(stream.average_rate) if stream.average_rate else None
-            total = int(stream.frames or 0)
-            if total <= 0:  # container without a frame count: count by decoding
-                total = sum(1 for _ in container.decode(video=0))
-        keep = frame_indices(total, n_frames, fps, source_fps if source_fps is not None else rate)
-        want = set(keep)
-        out = _frames_dir(path, out_dir)
-        paths = {}
-        with av.open(str(path)) as container:
-            for i, frame in enumerate(container.decode(video=0)):
-                if i in want:
-                    paths[i] = _save_frame(frame.to_image(), out / f"frame_{i:06d}.png")
-                if i >= max(keep):
-                    break
-    except (OSError, ValueError, IndexError, getattr(av, "FFmpegError", OSError)) as e:
-        raise DataError(f"{path}: unreadable video: {e}") from e
-    missing = [i for i in keep if i not in paths]
-    if missing:
-        raise DataError(f"{path}: video ended before frame(s) {missing[:5]} (reported {total} frames)")
-    return [paths[i] for i in keep]
-
-
-def sample_frames(frames_or_path: str | Path | Sequence[str | Path], n_frames: int | None = None,
-                  fps: float | None = None, source_fps: float | None = None,
-                  out_dir: str | Path | None = None) -> list[str]:
-    """Uniformly sampled frames of a video as image paths, in temporal order (rule: :func:`frame_indices`).
-
-    ``frames_or_path`` is a list of frame paths (already in order; a one-element list holding a video,
-    GIF or folder is opened), a folder of frame images (natural order of the file names: ``f2`` before
-    ``f10``), a GIF / animated image (decoded with Pillow; its frame durations give ``source_fps``), or a
-    video file (.mp4, .avi, ...; needs PyAV - an :class:`ImportError` saying so otherwise). Decoded frames
-    are written once as PNG under ``out_dir`` (default: a cache folder keyed by the file). A missing path,
-    an empty folder or an unreadable file raises :class:`DataError` naming it.
-    """
-    if isinstance(frames_or_path, (list, tuple)):
-        frames = [str(f) for f in frames_or_path]
-        if not frames:
-            raise DataError("sample_frames: empty frame list")
-        if len(frames) == 1:
-            p = Path(frames[0])
-            if p.is_dir() or p.suffix.lower() in VIDEO_EXTS or p.suffix.lower() == ".gif":
-                return sample_frames(p, n_frames, fps, source_fps, out_dir)
-        return [frames[i] for i in frame_indices(len(frames), n_frames, fps, source_fps)]
-    path = Path(frames_or_path)
-    if not path.exists():
-        raise DataError(f"sample_frames: video / frames not found: {path}")
-    if path.is_dir():
-        files = sorted((f for f in path.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTS
-                        and not f.name.startswith(".")), key=_natural_key)
-        if not files:
-            raise DataError(f"sample_frames: no frame images ({sorted(IMAGE_EXTS)}) in folder {path}")
-        return [str(files[i]) for i in frame_indices(len(files), n_frames, fps, source_fps)]
-    suffix = path.suffix.lower()
-    if suffix in VIDEO_EXTS:
-        return _video_frames(path, n_frames, fps, source_fps, out_dir)
-    if suffix in IMAGE_EXTS:
-        return _gif_frames(path, n_frames, fps, source_fps, out_dir)  # a still image is a 1-frame video
-    raise DataError(f"sample_frames: {path} is neither a frame folder, an image/GIF nor a known video type "
-                    f"({sorted(VIDEO_EXTS)})")
-
-
 # ---------------------------------------------------------------------------------------------- runs
 def select_questions(questions: pd.DataFrame, n: int | None = None) -> pd.DataFrame:
     """``n`` questions spread evenly over modalities (order :data:`MODALITY_ORDER`, then others) and,
@@ -348,12 +229,17 @@ def store_dir(results_dir: str | Path, model: str, dataset: str) -> Path:
 
 def run_config(model: str, dataset: str, model_kind: str = "open", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                extractor: str | None = None, exclude_refusals: bool = False, n_frames: int | None = None,
-               fps: float | None = None, omit_dollar: bool = False, match_text: bool = False) -> dict[str, Any]:
+               fps: float | None = None, omit_dollar: bool = False, match_text: bool = False,
+               video_bounds: bool = False) -> dict[str, Any]:
     """The store configuration: everything that changes a row's value (not which rows are run - questions
-    and prompts can be added to a store later)."""
-    return {"study": "promptception", "model": model, "dataset": dataset, "model_kind": model_kind,
-            "max_new_tokens": int(max_new_tokens), "extractor": extractor, "exclude_refusals": bool(exclude_refusals),
-            "n_frames": n_frames, "fps": fps, "omit_dollar": bool(omit_dollar), "match_text": bool(match_text)}
+    and prompts can be added to a store later). ``video_bounds`` is written only when True, so stores made
+    before the option existed (whole clips) resume unchanged."""
+    cfg = {"study": "promptception", "model": model, "dataset": dataset, "model_kind": model_kind,
+           "max_new_tokens": int(max_new_tokens), "extractor": extractor, "exclude_refusals": bool(exclude_refusals),
+           "n_frames": n_frames, "fps": fps, "omit_dollar": bool(omit_dollar), "match_text": bool(match_text)}
+    if video_bounds:
+        cfg["video_bounds"] = True
+    return cfg
 
 
 def load_results(results_dir: str | Path) -> pd.DataFrame:
