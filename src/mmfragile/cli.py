@@ -4,11 +4,14 @@ Commands
   reproduce   run notebooks/pipeline.yaml: every notebook over its grid -> figures/ and papermill_runs/
   grid        run one notebook over a parameter grid (-p key v1,v2 ...)
   formats     run the format-bias grid (48 formats x circular shifts) for a model and dataset into a store
+              (--shard i/n for SLURM arrays, --workers N [--ray-address ADDR] for Ray)
+  merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded default models and data once (offline)
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 
@@ -20,6 +23,38 @@ def _parse_params(pairs: list[list[str]] | None) -> dict:
         vals = [yaml.safe_load(v) for v in value.split(",")] if "," in value else [yaml.safe_load(value)]
         out[key] = vals
     return out
+
+
+def _add_scale_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only shard I of N (0-based; e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT); all "
+                        "shards write into the same --out, then `mmfragile merge OUT` checks completeness")
+    p.add_argument("--workers", type=int, default=None,
+                   help="run on N Ray workers, one model replica each (one GPU each when the cluster has GPUs)")
+    p.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local one)")
+
+
+def _run_study(a: argparse.Namespace, task, units: list, open_store):
+    """Run a study task in one process (optionally one --shard of it) or on Ray (--workers); returns the
+    store's table."""
+    if a.ray_address and not a.workers:
+        raise SystemExit("--ray-address needs --workers N")
+    if a.workers:
+        if a.shard:
+            raise SystemExit("--shard and --workers exclude each other: Ray splits the work itself")
+        from .distributed import run_on_ray
+
+        report = run_on_ray(task, units, open_store, a.model, workers=a.workers, address=a.ray_address,
+                            progress=not a.quiet)
+        print(report, file=sys.stderr)
+        return report.store.read()
+    from .api import load_model
+    from .shards import Shard
+
+    model = load_model(a.model)
+    store = open_store(model.name)
+    dataclasses.replace(task, progress=not a.quiet)(model, units, store, Shard.parse(a.shard))
+    return store.read()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--flush-every", type=int, default=256, help="rows per Parquet part (smaller = less lost on a kill)")
     f.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 + standard)")
     f.add_argument("--quiet", action="store_true")
+    _add_scale_args(f)
+
+    m = sub.add_parser("merge", help="check a result store against its manifests; compact it; bring in other stores")
+    m.add_argument("store", help="the result store (created from the first SOURCE if missing)")
+    m.add_argument("sources", nargs="*", help="stores whose rows and manifests to add (e.g. per-shard stores)")
+    m.add_argument("--no-compact", action="store_true", help="leave the parts as they are")
+    m.add_argument("--show", type=int, default=5, help="example keys to print per problem")
 
     sub.add_parser("prepare", help="build the embedded models and data (no network)")
 
@@ -62,22 +104,23 @@ def main(argv: list[str] | None = None) -> int:
 
         run_grid(a.notebook, _parse_params(a.param), out_dir=a.out)
     elif a.cmd == "formats":
-        from .api import load_dataset, load_model
-        from .evaluate import format_bias_items, run_items
+        from .api import load_dataset
         from .store import ResultStore
+        from .studies import format_bias as fbs
 
-        model = load_model(a.model)
         qs = load_dataset(a.dataset, n=a.n)
-        store = ResultStore(a.out, config={"study": "format-bias", "model": model.name, "dataset": a.dataset, "n": a.n,
-                                           "formats": a.formats})
-        from .prompts.formats import PromptFormat
-
-        fmts = [PromptFormat.from_name(n) for n in a.formats.split(",")] if a.formats else None
-        items = format_bias_items(model, qs, formats=fmts)
-        res = run_items(model, items, store, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every,
-                        progress=not a.quiet)
+        names = tuple(a.formats.split(",")) if a.formats else None
+        task = fbs.FormatBiasTask(formats=names, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every)
+        res = _run_study(a, task, qs.to_dict("records"),
+                         lambda name: ResultStore(a.out, config=fbs.run_config(name, a.dataset, a.n, names)))
         acc = res.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
         print(acc.sort_values("correct", ascending=False).to_string())
+    elif a.cmd == "merge":
+        from .store import merge_stores
+
+        report = merge_stores(a.store, a.sources, compact=not a.no_compact)
+        print(report)
+        return 0 if report.complete else 1
     elif a.cmd == "prepare":
         from .data.synthetic import make_synthetic_vqa
         from .models.embedded import EMBEDDED_MODELS, embedded_model_path

@@ -23,6 +23,7 @@ from .models.base import MLLM, Prompt
 from .prompts.formats import (PromptFormat, all_formats, build_mc_prompt, circular_shifts, score_exact_match,
                               standard_format)
 from .schema import MCQuestion
+from .shards import Shard, question_group
 from .store import ResultStore
 
 
@@ -37,7 +38,7 @@ class EvalItem:
 
     def __post_init__(self):
         if not self.group:
-            self.group = f"{self.key['dataset']}/{self.key['question_id']}"
+            self.group = question_group(self.key["dataset"], self.key["question_id"])
 
 
 ScoreFn = Callable[[str, EvalItem], dict[str, Any]]
@@ -51,17 +52,27 @@ def exact_match_score(raw: str, item: EvalItem) -> dict[str, Any]:
 
 def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_fn: ScoreFn = exact_match_score,
               mode: str = "auto", batch_size: int = 16, flush_every: int = 256, progress: bool = True,
-              desc: str | None = None, stop_after: int | None = None) -> pd.DataFrame:
+              desc: str | None = None, stop_after: int | None = None,
+              shard: Shard | str | None = None) -> pd.DataFrame:
     """Evaluate the items not yet in ``store`` and return the store's full table.
 
     ``mode``: ``"engine"`` (prefix-sharing engine; HF models only), ``"generate"`` (one ``generate`` per
-    batch - the naive path), or ``"auto"`` (engine where supported). ``stop_after`` ends the run after that
-    many new rows (used to simulate a killed run in tests)."""
+    batch - the naive path), or ``"auto"`` (engine where supported). ``shard`` (``"i/n"`` or a
+    :class:`~mmfragile.shards.Shard`): evaluate only the items of that shard's question groups. The item keys
+    are declared in the store's manifest under the shard's label first, so ``mmfragile merge`` can check the
+    run for completeness. ``stop_after`` ends the run after that many new rows (used to simulate a killed run
+    in tests)."""
     if mode not in ("auto", "engine", "generate"):
         raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
+    shard = Shard.parse(shard)
+    if shard.count > 1:
+        items = [it for it in items if shard.owns(it.group)]
     use_engine = mode == "engine" or (mode == "auto" and engine_supported(model))
     engine = PrefixSharingEngine(model, batch_size=batch_size) if use_engine else None
-    todo = [it for it in items if not store.is_done({"model": model.name, **it.key})]
+    keys = pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns)
+    if items:
+        store.declare(keys, shard.label)
+    todo = [it for it, p in zip(items, store.pending(keys)) if p]
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
                unit="q", smoothing=0.05)
     buffer: list[dict] = []
