@@ -32,6 +32,9 @@ def _add_scale_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="run on N Ray workers, one model replica each (one GPU each when the cluster has GPUs)")
     p.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local one)")
+    p.add_argument("--tasks", type=int, default=None,
+                   help="with --workers: split the work into this many tasks (default: one per 8 questions); keep "
+                        "it the same when resuming")
 
 
 def _run_study(a: argparse.Namespace, task, units: list, open_store):
@@ -45,7 +48,7 @@ def _run_study(a: argparse.Namespace, task, units: list, open_store):
         from .distributed import run_on_ray
 
         report = run_on_ray(task, units, open_store, a.model, workers=a.workers, address=a.ray_address,
-                            progress=not a.quiet)
+                            n_tasks=a.tasks, progress=not a.quiet)
         print(report, file=sys.stderr)
         return report.store.read()
     from .api import load_model

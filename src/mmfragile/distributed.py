@@ -147,7 +147,9 @@ def _shard_complete(store: ResultStore, shard: Shard) -> bool:
     return not store.pending(expected).any() if len(expected) else True
 
 
-def _ray_init(address: str | None, workers: int):
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Connect to the Ray cluster at ``address``, or start a local one with ``num_cpus`` CPUs; returns False if
+    Ray was already initialised (then nothing changes). Usage statistics stay off unless asked for."""
     import ray
 
     if ray.is_initialized():
@@ -156,12 +158,10 @@ def _ray_init(address: str | None, workers: int):
     if address:
         ray.init(address=address, include_dashboard=False)
         return True
-    # a local cluster with room for every worker even on a small machine (oversubscribing a core beats actors
-    # that wait forever for a CPU). Ray gives its node processes a fixed 30 s to come up, which a busy machine
-    # can exceed: try again before giving up.
+    # Ray gives its node processes a fixed 30 s to come up, which a busy machine can exceed: try again
     for attempt in range(3):
         try:
-            ray.init(num_cpus=max(os.cpu_count() or 1, workers), include_dashboard=False)
+            ray.init(num_cpus=num_cpus, include_dashboard=False)
             return True
         except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
             ray.shutdown()
@@ -198,7 +198,9 @@ def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any
     groups = {group_of(u) for u in units}
     n_tasks = n_tasks or max(1, -(-len(groups) // GROUPS_PER_TASK))
     t0 = time.perf_counter()
-    started = _ray_init(address, workers)
+    # a local cluster gets room for every worker even on a small machine (oversubscribing a core beats actors
+    # that wait forever for a CPU)
+    started = init_ray(address, num_cpus=max(os.cpu_count() or 1, workers))
     try:
         if gpus_per_worker is None:
             gpus_per_worker = 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
