@@ -271,7 +271,9 @@ class ResultStore:
         df = keys if isinstance(keys, pd.DataFrame) else pd.DataFrame(list(keys), columns=self.key_columns)
         if df.empty:
             return np.zeros(0, dtype=bool)
-        q = _key_index(_key_strings(df, self.key_columns))
+        return self._pending_index(_key_index(_key_strings(df, self.key_columns)))
+
+    def _pending_index(self, q: pd.MultiIndex) -> np.ndarray:
         done = q.isin(self._disk_index())
         if self._added:
             done |= np.fromiter((k in self._added for k in q), dtype=bool, count=len(q))
@@ -291,7 +293,7 @@ class ResultStore:
         if missing:
             raise KeyError(f"rows lack key column(s) {missing}")
         keys = _key_index(_key_strings(df, self.key_columns))
-        keep = self.pending(df) & ~keys.duplicated(keep="first")
+        keep = self._pending_index(keys) & ~keys.duplicated(keep="first")
         df = df[keep]
         if df.empty:
             return 0
@@ -299,6 +301,10 @@ class ResultStore:
         _write_durable(table, self._new_part_path(len(df)))
         kill_point("store.renamed")
         self._added.update(keys[keep])
+        if len(self._added) > max(50_000, len(self._disk_index()) // 4):
+            # fold this session's keys into the index (geometric: O(rows) in all; a set of tuples costs ~300 B a key)
+            self._index = self._disk_index().append(pd.MultiIndex.from_tuples(list(self._added)))
+            self._added = set()
         if self.compact_fanout > 1:
             self.compact(full=False)
         return len(df)
