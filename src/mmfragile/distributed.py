@@ -184,8 +184,8 @@ def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any
     ``task(model, units, store, shard)`` is one of the studies' picklable tasks
     (:class:`mmfragile.studies.format_bias.FormatBiasTask`, :class:`~mmfragile.studies.promptception.PromptceptionTask`,
     :class:`~mmfragile.studies.judgebias.JudgeTask`, :class:`~mmfragile.studies.judgebias.PairwiseTask`).
-    ``group_of(unit)`` names the unit's question group (default: question records with ``dataset`` and
-    ``question_id``). ``n_tasks``: shards of the split; default one per :data:`GROUPS_PER_TASK` groups - it
+    ``group_of(unit)`` names the unit's question group (default: the task's ``group_of``, else question records
+    with ``dataset`` and ``question_id``). ``n_tasks``: shards of the split; default one per :data:`GROUPS_PER_TASK` groups - it
     depends only on the units, so a rerun with another worker count resumes the same split.
     ``gpus_per_worker``: default 1 when the cluster has GPUs, else 0 (one CPU per worker).
     """
@@ -194,7 +194,8 @@ def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any
 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    group_of = group_of or (lambda rec: question_group(rec["dataset"], rec["question_id"]))
+    group_of = group_of or getattr(task, "group_of", None) or (lambda rec: question_group(rec["dataset"],
+                                                                                          rec["question_id"]))
     groups = {group_of(u) for u in units}
     n_tasks = n_tasks or max(1, -(-len(groups) // GROUPS_PER_TASK))
     t0 = time.perf_counter()
