@@ -119,3 +119,21 @@ def test_judge_and_pairwise_shards_equal_one_run(tmp_path, tiny_vlm):
     cols = KEY + ["raw_output", "status", "sample_seed"]
     pd.testing.assert_frame_equal(_sorted(a, cols), _sorted(b, cols))
     assert merge_stores(tmp_path / "sharded").complete
+
+
+def test_promptception_and_judge_commands_by_shard(tmp_path, capsys):
+    """The CLI of studies 2 and 3 with --shard: two shards make a complete store (merge exit status 0)."""
+    pc = ["promptception", "--model", "tiny-vlm", "--n", "3", "--prompt-ids", "1.1", "--max-new-tokens", "3",
+          "--n-frames", "2", "--match-text", "--out", str(tmp_path / "pc"), "--quiet"]
+    judge = ["judge", "--model", "tiny-vlm", "--n-samples", "1", "--perturbations", "text_dominance", "--runs", "1",
+             "--max-new-tokens", "3", "--pairwise", "--pairwise-max-new-tokens", "3", "--out", str(tmp_path / "jb"),
+             "--quiet"]
+    for shard in ("0/2", "1/2"):
+        assert main([*pc, "--shard", shard]) == 0
+        assert main([*judge, "--shard", shard]) == 0
+    # 1 scene -> 2 image samples, 2 text items -> 4 text samples: 6 originals + 2 text_dominance judgments;
+    # the 3 good samples x (2 position orders + 2 verbosity orders) pairwise judgments
+    for store, n in ((tmp_path / "pc", 3), (tmp_path / "jb" / "scores", 6 + 2), (tmp_path / "jb" / "pairwise", 12)):
+        capsys.readouterr()
+        assert main(["merge", str(store)]) == 0, capsys.readouterr().out
+        assert len(ResultStore(store).read()) == n

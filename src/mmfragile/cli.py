@@ -5,6 +5,8 @@ Commands
   grid        run one notebook over a parameter grid (-p key v1,v2 ...)
   formats     run the format-bias grid (48 formats x circular shifts) for a model and dataset into a store
               (--shard i/n for SLURM arrays, --workers N [--ray-address ADDR] for Ray)
+  promptception  Promptception prompt types for a model and dataset into a store (same --shard / --workers)
+  judge       MM-JudgeBias judgments of a judge on the synthetic judge set (same --shard / --workers)
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded default models and data once (offline)
 """
@@ -88,6 +90,42 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--quiet", action="store_true")
     _add_scale_args(f)
 
+    pc = sub.add_parser("promptception", help="Promptception run (61 prompt types) for a model and dataset "
+                                              "(resumable)")
+    pc.add_argument("--model", default="smollm2-vlm")
+    pc.add_argument("--dataset", default="synthetic-vqa")
+    pc.add_argument("--n", type=int, default=None, help="questions, spread over modalities (default: all)")
+    pc.add_argument("--out", required=True, help="result store folder (resumes if it exists)")
+    pc.add_argument("--prompt-ids", default=None, help="comma-separated prompt types (default: all 61)")
+    pc.add_argument("--extractor", default=None, help="stage-2 answer matcher model (Appendix E), e.g. smollm2")
+    pc.add_argument("--match-text", action="store_true", help="match an answer naming one option's text")
+    pc.add_argument("--exclude-refusals", action="store_true", help="the paper's GPT-4o refusal policy")
+    pc.add_argument("--model-kind", default="auto", choices=["auto", "open", "proprietary"])
+    pc.add_argument("--max-new-tokens", type=int, default=48)
+    pc.add_argument("--n-frames", type=int, default=16, help="frames per video question")
+    pc.add_argument("--batch-size", type=int, default=16)
+    pc.add_argument("--quiet", action="store_true")
+    _add_scale_args(pc)
+
+    j = sub.add_parser("judge", help="MM-JudgeBias score-wise (and pairwise) judgments on the synthetic judge set "
+                                     "(resumable)")
+    j.add_argument("--model", default="smollm2-vlm", help="the judge")
+    j.add_argument("--out", required=True, help="results folder: data/, audit/, scores/ and pairwise/ stores")
+    j.add_argument("--n-samples", type=int, default=8, help="image scenes of the synthetic judge set")
+    j.add_argument("--perturbations", default=None, help="comma-separated (default: all nine of Table 1)")
+    j.add_argument("--runs", type=int, default=2)
+    j.add_argument("--variant", default="original", help="score-prompt variant (original, na, score_guide ...)")
+    j.add_argument("--seed", type=int, default=0)
+    j.add_argument("--decoding", default="sample", choices=["sample", "greedy"])
+    j.add_argument("--temperature", type=float, default=0.7)
+    j.add_argument("--top-p", type=float, default=0.9)
+    j.add_argument("--max-new-tokens", type=int, default=80)
+    j.add_argument("--pairwise", action="store_true", help="also the position and verbosity pairs")
+    j.add_argument("--pairwise-max-new-tokens", type=int, default=64)
+    j.add_argument("--batch-size", type=int, default=16)
+    j.add_argument("--quiet", action="store_true")
+    _add_scale_args(j)
+
     m = sub.add_parser("merge", help="check a result store against its manifests; compact it; bring in other stores")
     m.add_argument("store", help="the result store (created from the first SOURCE if missing)")
     m.add_argument("sources", nargs="*", help="stores whose rows and manifests to add (e.g. per-shard stores)")
@@ -118,6 +156,44 @@ def main(argv: list[str] | None = None) -> int:
                          lambda name: ResultStore(a.out, config=fbs.run_config(name, a.dataset, a.n, names)))
         acc = res.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
         print(acc.sort_values("correct", ascending=False).to_string())
+    elif a.cmd == "promptception":
+        from .api import load_dataset
+        from .store import ResultStore
+        from .studies import promptception as pcs
+
+        qs = pcs.select_questions(load_dataset(a.dataset), a.n)
+        kind = pcs.resolve_model_kind(a.model, a.model_kind)
+        task = pcs.PromptceptionTask(
+            prompt_ids=tuple(a.prompt_ids.split(",")) if a.prompt_ids else None, model_kind=kind,
+            max_new_tokens=a.max_new_tokens, n_frames=a.n_frames, extractor=a.extractor,
+            exclude_refusals=a.exclude_refusals, match_text=a.match_text, batch_size=a.batch_size)
+        cfg = pcs.run_config(a.model, a.dataset, kind, a.max_new_tokens, a.extractor, a.exclude_refusals, a.n_frames,
+                             match_text=a.match_text)
+        res = _run_study(a, task, qs.to_dict("records"), lambda name: ResultStore(a.out, cfg))
+        print(pcs.summarize_run(res)["per_prompt"].round(1).to_string(index=False))
+    elif a.cmd == "judge":
+        from pathlib import Path
+
+        from .data.judge_synthetic import make_judge_set
+        from .studies import judgebias as jb
+
+        root = Path(a.out)
+        samples = make_judge_set(a.n_samples, a.seed, root / "data")
+        perts = a.perturbations.split(",") if a.perturbations else list(jb.PERTURBATIONS)
+        conditions = jb.build_judge_conditions(samples, perts, a.seed, root / "audit")
+        gen = dict(runs=a.runs, decoding=a.decoding, temperature=a.temperature, top_p=a.top_p, seed=a.seed,
+                   batch_size=a.batch_size)
+        scores, pairs_store = jb.open_stores(root, jb.store_config(
+            seed=a.seed, n_samples=a.n_samples, max_new_tokens=a.max_new_tokens, decoding=a.decoding,
+            temperature=a.temperature, top_p=a.top_p, pairwise_max_new_tokens=a.pairwise_max_new_tokens))
+        rows = _run_study(a, jb.JudgeTask(variant=a.variant, max_new_tokens=a.max_new_tokens, **gen), conditions,
+                          lambda name: scores)
+        print(jb.parse_failure_table(rows, by=("judge", "perturbation")).round(3).to_string(index=False))
+        if a.pairwise:
+            pairs = jb.position_pairs(samples) + jb.verbosity_pairs(samples, seed=a.seed)
+            prs = _run_study(a, jb.PairwiseTask(max_new_tokens=a.pairwise_max_new_tokens, **gen), pairs,
+                             lambda name: pairs_store)
+            print(jb.parse_failure_table(prs, by=("judge", "experiment")).round(3).to_string(index=False))
     elif a.cmd == "merge":
         from .store import merge_stores
 

@@ -324,14 +324,17 @@ class ResultStore:
             return pd.DataFrame()
         tables = [t for _, t in parts]
         try:
-            df = pa.concat_tables(tables, promote_options="permissive").to_pandas()
+            table = pa.concat_tables(tables, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             # parts whose column types cannot be unified in Arrow (e.g. int in one, str in another): let pandas
             df = pd.concat([t.to_pandas() for t in tables], ignore_index=True)
-        dup = _key_index(_key_strings(df, self.key_columns)).duplicated(keep="first")
+            dup = _key_index(_key_strings(df, self.key_columns)).duplicated(keep="first")
+            return (df[~dup] if dup.any() else df).reset_index(drop=True)
+        # drop duplicate keys in Arrow, before the (costly) conversion of every column to pandas
+        dup = _key_index(_key_strings(table, self.key_columns)).duplicated(keep="first")
         if dup.any():
-            df = df[~dup]
-        return df.reset_index(drop=True)
+            table = table.filter(pa.array(~dup))
+        return table.to_pandas()
 
     # ------------------------------------------------------------------------------------------ compaction
     def compact(self, full: bool = True) -> int:

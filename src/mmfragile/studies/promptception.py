@@ -68,11 +68,12 @@ class PromptceptionItem(EvalItem):
     options: list[str] = field(default_factory=list)
 
 
-def resolve_model_kind(model: MLLM, model_kind: str = "auto") -> str:
+def resolve_model_kind(model: MLLM | str, model_kind: str = "auto") -> str:
     """The prompt variant of Appendix A: ``model_kind`` "open" / "proprietary" as given; "auto" gives
-    "proprietary" for OpenAI-compatible API models and "open" for everything else."""
+    "proprietary" for OpenAI-compatible API models (or ``openai:`` model specs) and "open" for everything else."""
     if model_kind == "auto":  # API models get the proprietary variant (Appendix A), local ones the open one
-        return "proprietary" if type(model).__name__ == "OpenAIChatModel" else "open"
+        api = model.startswith("openai:") if isinstance(model, str) else type(model).__name__ == "OpenAIChatModel"
+        return "proprietary" if api else "open"
     return model_kind
 
 
