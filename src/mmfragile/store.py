@@ -442,13 +442,17 @@ class ResultStore:
         mdir = self.root / "manifest"
         return sorted(mdir.glob("*.parquet")) if mdir.exists() else []
 
+    def _expected_index(self, label: str | None = None) -> pd.MultiIndex:
+        tables = [pq.read_table(m) for m in self._manifests() if label is None or m.name.split(".")[0] == label]
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return _key_index([pd.Series([], dtype=object)] * len(self.key_columns))
+        cols = [pd.concat(c, ignore_index=True) for c in zip(*(_key_strings(t, self.key_columns) for t in tables))]
+        return _key_index(cols).unique()
+
     def expected_keys(self, label: str | None = None) -> pd.DataFrame:
         """The union of all declared keys (strings), one row per key; ``label``: of that shard only."""
-        frames = [pq.read_table(m).to_pandas() for m in self._manifests()
-                  if label is None or m.name.split(".")[0] == label]
-        if not frames:
-            return pd.DataFrame(columns=self.key_columns)
-        return pd.concat(frames, ignore_index=True).drop_duplicates().reset_index(drop=True)
+        return self._expected_index(label).to_frame(index=False, name=self.key_columns)
 
     def missing_shards(self) -> list[str]:
         """``"i/n"`` for every shard of a declared split that has declared nothing."""
@@ -461,23 +465,23 @@ class ResultStore:
 
     def check(self) -> Completeness:
         """Compare the stored rows with the manifests (see :class:`Completeness`)."""
-        stored_tables = [t for _, t in self._read_all(self.key_columns)]
-        if stored_tables:
-            cols = zip(*(_key_strings(t, self.key_columns) for t in stored_tables))
-            stored = pd.DataFrame({c: pd.concat(s, ignore_index=True).to_numpy(dtype=object)
-                                   for c, s in zip(self.key_columns, cols)})
-        else:
-            stored = pd.DataFrame(columns=self.key_columns)
-        counts = stored.value_counts(sort=False).rename("copies").reset_index()
-        expected = self.expected_keys()
-        exp_i = _key_index(_key_strings(expected, self.key_columns))
-        got_i = _key_index(_key_strings(counts, self.key_columns))
+        tables = [t for _, t in self._read_all(self.key_columns)]
+        cols = ([pd.concat(c, ignore_index=True) for c in zip(*(_key_strings(t, self.key_columns) for t in tables))]
+                if tables else [pd.Series([], dtype=object)] * len(self.key_columns))
+        stored = _key_index(cols)
+        dup_mask = stored.duplicated(keep=False)
+        dups = stored[dup_mask].to_frame(index=False, name=self.key_columns).value_counts(sort=False)
+        got = stored[~stored.duplicated(keep="first")]
+        exp = self._expected_index()
+
+        def frame(mi: pd.MultiIndex) -> pd.DataFrame:
+            return mi.to_frame(index=False, name=self.key_columns).astype(object)
+
         qdir = self.root / "quarantine"
         return Completeness(
-            root=self.root, n_expected=len(expected), n_stored=len(counts),
-            missing=expected[~exp_i.isin(got_i)].reset_index(drop=True),
-            unexpected=counts.loc[~got_i.isin(exp_i), self.key_columns].reset_index(drop=True),
-            duplicates=counts[counts["copies"] > 1].reset_index(drop=True),
+            root=self.root, n_expected=len(exp), n_stored=len(got),
+            missing=frame(exp[~exp.isin(got)]), unexpected=frame(got[~got.isin(exp)]),
+            duplicates=dups.rename("copies").reset_index(),
             missing_shards=self.missing_shards(),
             quarantined=sorted(p.name for p in qdir.glob("*.parquet")) if qdir.exists() else [])
 
