@@ -69,10 +69,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=28_000, help="questions (x 245 rows each)")
     ap.add_argument("--flush", type=int, default=256 * 4, help="rows per appended part")
-    ap.add_argument("--dir", default=None, help="where to build the store (default: a temporary folder)")
+    ap.add_argument("--dir", default=None, help="where to build the store (default: a temporary folder, removed)")
+    ap.add_argument("--reuse", action="store_true", help="with --dir: measure the store already there (no write)")
     a = ap.parse_args()
     root = Path(a.dir or tempfile.mkdtemp(prefix="mmfragile-bench-")) / "store"
-    if root.exists():
+    if root.exists() and not a.reuse:
         shutil.rmtree(root)
     per_q = N_FORMATS * N_SHIFTS
     n_rows = a.questions * per_q
@@ -85,23 +86,28 @@ def main() -> int:
                         "RSS MB": round(rss_mb()), "peak MB": round(peak_mb()), "note": note})
         print(results[-1], flush=True)
 
-    st = ResultStore(root, config={"study": "benchmark"})
-    q_per_batch = max(1, a.flush // per_q)
-    t0 = time.perf_counter()
-    all_keys = []
-    for q0 in range(0, a.questions, q_per_batch * 64):
-        chunk = batch(q0, min(a.questions, q0 + q_per_batch * 64), rng)
-        all_keys.append(chunk[KEY])
-        for s in range(0, len(chunk), q_per_batch * per_q):
-            st.append(chunk.iloc[s:s + q_per_batch * per_q])
-    keys = pd.concat(all_keys, ignore_index=True)
-    st.declare(keys)
-    n_parts = len(list((root / "parts").glob("part-*.parquet")))
-    disk = sum(p.stat().st_size for p in (root / "parts").glob("*.parquet")) / 2**20
-    record("write (append + tiered compaction)", time.perf_counter() - t0, n_rows,
-           f"{n_rows:,} rows in parts of {q_per_batch * per_q}; {n_parts} parts after compaction, {disk:,.0f} MiB")
-    del st
-    gc.collect()
+    if a.reuse and root.exists():
+        keys = ResultStore(root).expected_keys()
+        n_rows = len(keys)
+    else:
+        st = ResultStore(root, config={"study": "benchmark"})
+        q_per_batch = max(1, a.flush // per_q)
+        t0 = time.perf_counter()
+        all_keys = []
+        for q0 in range(0, a.questions, q_per_batch * 64):
+            chunk = batch(q0, min(a.questions, q0 + q_per_batch * 64), rng)
+            all_keys.append(chunk[KEY])
+            for s in range(0, len(chunk), q_per_batch * per_q):
+                st.append(chunk.iloc[s:s + q_per_batch * per_q])
+        keys = pd.concat(all_keys, ignore_index=True)
+        st.declare(keys)
+        disk = sum(p.stat().st_size for p in (root / "parts").glob("*.parquet")) / 2**20
+        record("write (append + tiered compaction)", time.perf_counter() - t0, n_rows,
+               f"{n_rows:,} rows in parts of {q_per_batch * per_q}; {len(_parts(root))} parts after compaction, "
+               f"{disk:,.0f} MiB")
+        del st
+        gc.collect()
+    print(f"measuring {len(_parts(root))} parts", flush=True)
 
     t0 = time.perf_counter()
     st = ResultStore(root)
@@ -131,8 +137,8 @@ def main() -> int:
            "complete" if rep.complete else "INCOMPLETE")
     t0 = time.perf_counter()
     merged = ResultStore(root).compact(full=True)
-    n_parts = len(list((root / "parts").glob("part-*.parquet")))
-    record("compact(full=True)", time.perf_counter() - t0, n_rows, f"{merged} parts merged away, {n_parts} left")
+    record("compact(full=True)", time.perf_counter() - t0, n_rows,
+           f"{merged} parts merged away, {len(_parts(root))} left")
     t0 = time.perf_counter()
     df = ResultStore(root).read()
     record("read() whole table after compaction", time.perf_counter() - t0, len(df))
@@ -142,6 +148,10 @@ def main() -> int:
     if not a.dir:
         shutil.rmtree(root.parent)
     return 0
+
+
+def _parts(root: Path) -> list[Path]:
+    return list((root / "parts").glob("part-*.parquet"))
 
 
 def _has_tabulate() -> bool:

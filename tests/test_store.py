@@ -269,3 +269,15 @@ def test_killed_cli_run_resumes_to_the_uninterrupted_table(tmp_path, tiny_vlm):
     assert not b.duplicated(KEY).any()
     pd.testing.assert_frame_equal(a, b)
     assert merge_stores(killed).complete
+
+
+def test_parts_of_older_stores_are_read_and_compacted(tmp_path):
+    """Parts named before names carried the row count (``part-000000-<hex>.parquet``) are counted from the
+    Parquet footer and compacted with the rest."""
+    (tmp_path / "parts").mkdir()
+    for i in range(3):
+        pd.DataFrame(_rows([i])).to_parquet(tmp_path / "parts" / f"part-{i:06d}-abcd123{i}.parquet")
+    st = ResultStore(tmp_path)
+    st.append(_rows([2, 3]))
+    assert st.compact() == 3 and len(_parts(tmp_path)) == 1
+    assert sorted(ResultStore(tmp_path).read().question_id.astype(int)) == [0, 1, 2, 3]

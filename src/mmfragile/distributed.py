@@ -140,11 +140,12 @@ def _done_by_shard(store: ResultStore, n: int) -> dict[int, pd.DataFrame]:
     return {int(j): keys[owner == j].reset_index(drop=True) for j in np.unique(owner)}
 
 
-def _shard_complete(store: ResultStore, shard: Shard) -> bool:
-    if not any(m.name.split(".")[0] == shard.label for m in store._manifests()):
+def _shard_complete(store: ResultStore, shard: Shard, manifests: dict[str, list]) -> bool:
+    """The shard declared its keys (in an earlier run) and every one of them is stored."""
+    if shard.label not in manifests:
         return False
-    expected = store.expected_keys(shard.label)
-    return not store.pending(expected).any() if len(expected) else True
+    expected = store._expected_index(files=manifests[shard.label])
+    return not store._pending_index(expected).any()
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
@@ -224,12 +225,13 @@ def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any
         report = RayRunReport(model=name, store=store, workers=workers, n_tasks=n_tasks)
         done = _done_by_shard(store, n_tasks)
         empty = pd.DataFrame(columns=store.key_columns)
+        manifests = store.manifest_labels()
         todo = []
         for j, shard_units in enumerate(split(list(units), n_tasks, group_of)):
             shard = Shard(j, n_tasks)
             if not shard_units:
                 store.declare(empty, shard.label)  # nothing to evaluate: the shard is complete as it is
-            elif not _shard_complete(store, shard):
+            elif not _shard_complete(store, shard, manifests):
                 todo.append((shard, shard_units, done.get(j, empty)))
         report.n_dispatched = len(todo)
         pool = ActorPool(actors)

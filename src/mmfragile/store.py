@@ -102,8 +102,14 @@ def _write_durable(table: pa.Table, dest: Path) -> None:
 
 
 def _part_rows(path: Path) -> int | None:
+    """Rows of a part: from its name, or (parts written before names carried it) from its Parquet footer."""
     m = _PART_RE.match(path.name)
-    return int(m.group(3)) if m and m.group(3) else None
+    if m and m.group(3):
+        return int(m.group(3))
+    try:
+        return pq.ParquetFile(path).metadata.num_rows if m else None
+    except (OSError, pa.ArrowException):
+        return None  # vanished or unreadable: not a candidate (reads quarantine it)
 
 
 def _key_strings(table: pa.Table | pd.DataFrame, columns: Sequence[str]) -> list[pd.Series]:
@@ -442,8 +448,17 @@ class ResultStore:
         mdir = self.root / "manifest"
         return sorted(mdir.glob("*.parquet")) if mdir.exists() else []
 
-    def _expected_index(self, label: str | None = None) -> pd.MultiIndex:
-        tables = [pq.read_table(m) for m in self._manifests() if label is None or m.name.split(".")[0] == label]
+    def manifest_labels(self) -> dict[str, list[Path]]:
+        """Manifest files by label (``shard-<i>-of-<n>``)."""
+        out: dict[str, list[Path]] = {}
+        for m in self._manifests():
+            out.setdefault(m.name.split(".")[0], []).append(m)
+        return out
+
+    def _expected_index(self, label: str | None = None, files: Sequence[Path] | None = None) -> pd.MultiIndex:
+        if files is None:
+            files = [m for m in self._manifests() if label is None or m.name.split(".")[0] == label]
+        tables = [pq.read_table(m) for m in files]
         tables = [t for t in tables if t.num_rows]
         if not tables:
             return _key_index([pd.Series([], dtype=object)] * len(self.key_columns))
