@@ -243,7 +243,12 @@ def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any
         with tqdm(total=len(todo), desc=f"{name} on {workers} Ray workers", unit="task",
                   disable=not progress) as bar:
             while pool.has_next():
-                res = pool.get_next_unordered()
+                try:
+                    res = pool.get_next_unordered()
+                except ray.exceptions.RayError as e:
+                    # a task's own error, or a worker that died more than max_restarts times
+                    raise RuntimeError(f"a Ray task failed ({type(e).__name__}: {e}); the rows of the finished "
+                                       f"tasks are in {store.root}: fix the cause and rerun to resume") from e
                 for label, keys in res["declared"]:
                     store.declare(keys, label)
                 n = store.append(res["rows"]) if len(res["rows"]) else 0
