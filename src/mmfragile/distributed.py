@@ -190,8 +190,12 @@ def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any
     depends only on the units, so a rerun with another worker count resumes the same split.
     ``gpus_per_worker``: default 1 when the cluster has GPUs, else 0 (one CPU per worker).
     """
-    import ray
-    from ray.util import ActorPool
+    try:
+        import ray
+        from ray.util import ActorPool
+    except ImportError as e:
+        raise ImportError("distributed runs need Ray: pip install ray==2.60.0 (in requirements.txt), or use "
+                          "--shard i/n with any scheduler") from e
 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")

@@ -406,7 +406,11 @@ class OpenAIChatModel(MLLM):
         """The AsyncOpenAI client (created on the loop thread, where it is used). Its own retries are off: the
         retry policy above (Retry-After honoured and capped, exponential backoff) is the one that applies."""
         if self._client is None:
-            import openai
+            try:
+                import openai
+            except ImportError as e:
+                raise ImportError("the OpenAI-compatible backend needs the official client: pip install "
+                                  "openai==3.51.0 (in requirements.txt)") from e
 
             self._client = openai.AsyncOpenAI(
                 base_url=self.base_url, api_key=self.api_key or "none", max_retries=0, timeout=self.timeout,
@@ -427,10 +431,9 @@ class OpenAIChatModel(MLLM):
 
     async def _attempt(self, url: str, endpoint: str, body: dict) -> dict:
         """One HTTP POST through the client; the decoded JSON, or APIError (``retryable`` set)."""
-        import httpx2
-        import openai
-
         client = self._ensure_client()
+        import httpx2  # noqa: E402 - after _ensure_client, which explains a missing openai package
+        import openai
         with self._lock:
             self.n_http_requests += 1
         # no key: send no Authorization header at all (local servers), as the client allows when asked explicitly
