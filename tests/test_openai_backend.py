@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mmfragile.models.base import LogLik, Prompt
+pytest.importorskip("openai")
+
+from mmfragile.models.base import LogLik, Prompt  # noqa: E402
 from mmfragile.models.openai_api import APIError, OpenAIChatModel, _parse_retry_after, request_cache_key
 from mmfragile.schema import DataError
 
@@ -69,7 +71,7 @@ class FakeServer:
                 n = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(n))
                 with state.lock:
-                    state.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    state.requests.append({"path": self.path, "headers": self.headers, "body": body})  # case-insensitive
                     state.in_flight += 1
                     state.max_in_flight = max(state.max_in_flight, state.in_flight)
                     scripted = state.plan.pop(0) if state.plan else None
@@ -364,7 +366,7 @@ def test_500s_retried_with_exponential_backoff_then_success(server):
     m = make_model(server, max_retries=3, backoff_base=0.001, backoff_max=1.0)
     slept: list[float] = []
     real_sleep = m._sleep
-    m._sleep = lambda s: (slept.append(s), real_sleep(s))  # tiny real sleeps
+    m._sleep = lambda s: (slept.append(s), real_sleep(s))[1]  # tiny real sleeps (awaited by the backend)
     assert m.generate([Prompt("five")]) == ["ans[five]"]
     assert server.n_requests == 4
     assert len(slept) == 3
@@ -474,3 +476,23 @@ def test_loglikelihood_via_completions_echo(server):
     assert all(r["path"] == "/v1/completions" for r in server.requests)
     with pytest.raises(ValueError, match="text-only"):
         m.loglikelihood([Prompt("x", images=[Image.new("L", (1, 1))])], ["y"])
+
+
+# ------------------------------------------------------------------------------ transport
+
+
+def test_official_client_inside_a_running_event_loop_and_after_close(server):
+    """Requests go through the official openai client (its User-Agent); the synchronous calls work where an
+    event loop already runs (Jupyter, papermill) and again after close()."""
+    import asyncio
+
+    m = make_model(server, max_concurrency=2)
+
+    async def notebook_cell():
+        return m.generate([Prompt("in-loop")])
+
+    assert asyncio.run(notebook_cell()) == ["ans[in-loop]"]
+    assert "OpenAI/Python" in server.requests[-1]["headers"]["User-Agent"]
+    m.close()
+    assert m.generate([Prompt("again")]) == ["ans[again]"]
+    m.close()

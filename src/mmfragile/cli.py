@@ -4,11 +4,16 @@ Commands
   reproduce   run notebooks/pipeline.yaml: every notebook over its grid -> figures/ and papermill_runs/
   grid        run one notebook over a parameter grid (-p key v1,v2 ...)
   formats     run the format-bias grid (48 formats x circular shifts) for a model and dataset into a store
+              (--shard i/n for SLURM arrays, --workers N [--ray-address ADDR] for Ray)
+  promptception  Promptception prompt types for a model and dataset into a store (same --shard / --workers)
+  judge       MM-JudgeBias judgments of a judge on the synthetic judge set (same --shard / --workers)
+  merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded default models and data once (offline)
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 
@@ -20,6 +25,41 @@ def _parse_params(pairs: list[list[str]] | None) -> dict:
         vals = [yaml.safe_load(v) for v in value.split(",")] if "," in value else [yaml.safe_load(value)]
         out[key] = vals
     return out
+
+
+def _add_scale_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only shard I of N (0-based; e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT); all "
+                        "shards write into the same --out, then `mmfragile merge OUT` checks completeness")
+    p.add_argument("--workers", type=int, default=None,
+                   help="run on N Ray workers, one model replica each (one GPU each when the cluster has GPUs)")
+    p.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start a local one)")
+    p.add_argument("--tasks", type=int, default=None,
+                   help="with --workers: split the work into this many tasks (default: one per 8 questions); keep "
+                        "it the same when resuming")
+
+
+def _run_study(a: argparse.Namespace, task, units: list, open_store):
+    """Run a study task in one process (optionally one --shard of it) or on Ray (--workers); returns the
+    store's table."""
+    if a.ray_address and not a.workers:
+        raise SystemExit("--ray-address needs --workers N")
+    if a.workers:
+        if a.shard:
+            raise SystemExit("--shard and --workers exclude each other: Ray splits the work itself")
+        from .distributed import run_on_ray
+
+        report = run_on_ray(task, units, open_store, a.model, workers=a.workers, address=a.ray_address,
+                            n_tasks=a.tasks, progress=not a.quiet)
+        print(report, file=sys.stderr)
+        return report.store.read()
+    from .api import load_model
+    from .shards import Shard
+
+    model = load_model(a.model)
+    store = open_store(model.name)
+    dataclasses.replace(task, progress=not a.quiet)(model, units, store, Shard.parse(a.shard))
+    return store.read()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +95,49 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--no-video-bounds", action="store_true",
                    help="sample the whole clip even where the benchmark gives a start/end window (MVBench)")
     f.add_argument("--quiet", action="store_true")
+    _add_scale_args(f)
+
+    pc = sub.add_parser("promptception", help="Promptception run (61 prompt types) for a model and dataset "
+                                              "(resumable)")
+    pc.add_argument("--model", default="smollm2-vlm")
+    pc.add_argument("--dataset", default="synthetic-vqa")
+    pc.add_argument("--n", type=int, default=None, help="questions, spread over modalities (default: all)")
+    pc.add_argument("--out", required=True, help="result store folder (resumes if it exists)")
+    pc.add_argument("--prompt-ids", default=None, help="comma-separated prompt types (default: all 61)")
+    pc.add_argument("--extractor", default=None, help="stage-2 answer matcher model (Appendix E), e.g. smollm2")
+    pc.add_argument("--match-text", action="store_true", help="match an answer naming one option's text")
+    pc.add_argument("--exclude-refusals", action="store_true", help="the paper's GPT-4o refusal policy")
+    pc.add_argument("--model-kind", default="auto", choices=["auto", "open", "proprietary"])
+    pc.add_argument("--max-new-tokens", type=int, default=48)
+    pc.add_argument("--n-frames", type=int, default=16, help="frames per video question")
+    pc.add_argument("--batch-size", type=int, default=16)
+    pc.add_argument("--quiet", action="store_true")
+    _add_scale_args(pc)
+
+    j = sub.add_parser("judge", help="MM-JudgeBias score-wise (and pairwise) judgments on the synthetic judge set "
+                                     "(resumable)")
+    j.add_argument("--model", default="smollm2-vlm", help="the judge")
+    j.add_argument("--out", required=True, help="results folder: data/, audit/, scores/ and pairwise/ stores")
+    j.add_argument("--n-samples", type=int, default=8, help="image scenes of the synthetic judge set")
+    j.add_argument("--perturbations", default=None, help="comma-separated (default: all nine of Table 1)")
+    j.add_argument("--runs", type=int, default=2)
+    j.add_argument("--variant", default="original", help="score-prompt variant (original, na, score_guide ...)")
+    j.add_argument("--seed", type=int, default=0)
+    j.add_argument("--decoding", default="sample", choices=["sample", "greedy"])
+    j.add_argument("--temperature", type=float, default=0.7)
+    j.add_argument("--top-p", type=float, default=0.9)
+    j.add_argument("--max-new-tokens", type=int, default=80)
+    j.add_argument("--pairwise", action="store_true", help="also the position and verbosity pairs")
+    j.add_argument("--pairwise-max-new-tokens", type=int, default=64)
+    j.add_argument("--batch-size", type=int, default=16)
+    j.add_argument("--quiet", action="store_true")
+    _add_scale_args(j)
+
+    m = sub.add_parser("merge", help="check a result store against its manifests; compact it; bring in other stores")
+    m.add_argument("store", help="the result store (created from the first SOURCE if missing)")
+    m.add_argument("sources", nargs="*", help="stores whose rows and manifests to add (e.g. per-shard stores)")
+    m.add_argument("--no-compact", action="store_true", help="leave the parts as they are")
+    m.add_argument("--show", type=int, default=5, help="example keys to print per problem")
 
     sub.add_parser("prepare", help="build the embedded models and data (no network)")
 
@@ -77,6 +160,50 @@ def main(argv: list[str] | None = None) -> int:
             hint = "" if a.skip_bad_rows else "\n(--skip-bad-rows leaves bad rows out and lists them in config.json)"
             print(f"error: {e}{hint}", file=sys.stderr)
             return 2
+    elif a.cmd == "promptception":
+        from .api import load_dataset
+        from .store import ResultStore
+        from .studies import promptception as pcs
+
+        qs = pcs.select_questions(load_dataset(a.dataset), a.n)
+        kind = pcs.resolve_model_kind(a.model, a.model_kind)
+        task = pcs.PromptceptionTask(
+            prompt_ids=tuple(a.prompt_ids.split(",")) if a.prompt_ids else None, model_kind=kind,
+            max_new_tokens=a.max_new_tokens, n_frames=a.n_frames, extractor=a.extractor,
+            exclude_refusals=a.exclude_refusals, match_text=a.match_text, batch_size=a.batch_size)
+        cfg = pcs.run_config(a.model, a.dataset, kind, a.max_new_tokens, a.extractor, a.exclude_refusals, a.n_frames,
+                             match_text=a.match_text)
+        res = _run_study(a, task, qs.to_dict("records"), lambda name: ResultStore(a.out, cfg))
+        print(pcs.summarize_run(res)["per_prompt"].round(1).to_string(index=False))
+    elif a.cmd == "judge":
+        from pathlib import Path
+
+        from .data.judge_synthetic import make_judge_set
+        from .studies import judgebias as jb
+
+        root = Path(a.out)
+        samples = make_judge_set(a.n_samples, a.seed, root / "data")
+        perts = a.perturbations.split(",") if a.perturbations else list(jb.PERTURBATIONS)
+        conditions = jb.build_judge_conditions(samples, perts, a.seed, root / "audit")
+        gen = dict(runs=a.runs, decoding=a.decoding, temperature=a.temperature, top_p=a.top_p, seed=a.seed,
+                   batch_size=a.batch_size)
+        scores, pairs_store = jb.open_stores(root, jb.store_config(
+            seed=a.seed, n_samples=a.n_samples, max_new_tokens=a.max_new_tokens, decoding=a.decoding,
+            temperature=a.temperature, top_p=a.top_p, pairwise_max_new_tokens=a.pairwise_max_new_tokens))
+        rows = _run_study(a, jb.JudgeTask(variant=a.variant, max_new_tokens=a.max_new_tokens, **gen), conditions,
+                          lambda name: scores)
+        print(jb.parse_failure_table(rows, by=("judge", "perturbation")).round(3).to_string(index=False))
+        if a.pairwise:
+            pairs = jb.position_pairs(samples) + jb.verbosity_pairs(samples, seed=a.seed)
+            prs = _run_study(a, jb.PairwiseTask(max_new_tokens=a.pairwise_max_new_tokens, **gen), pairs,
+                             lambda name: pairs_store)
+            print(jb.parse_failure_table(prs, by=("judge", "experiment")).round(3).to_string(index=False))
+    elif a.cmd == "merge":
+        from .store import merge_stores
+
+        report = merge_stores(a.store, a.sources, compact=not a.no_compact)
+        print(report)
+        return 0 if report.complete else 1
     elif a.cmd == "prepare":
         from .data.synthetic import make_synthetic_vqa
         from .models.embedded import EMBEDDED_MODELS, embedded_model_path
@@ -88,35 +215,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _formats(a: argparse.Namespace) -> int:
-    """``mmfragile formats``: load, build the grid's items, run them into the store, print the table."""
-    from .api import load_dataset, load_model
-    from .evaluate import format_bias_items, run_items
-    from .prompts.formats import PromptFormat
+    """``mmfragile formats``: load, run the grid's items into the store (one process, a --shard, or Ray
+    --workers), print the table."""
+    from .api import load_dataset
     from .store import ResultStore
-    from .studies.format_bias import run_config, run_info, video_settings
+    from .studies import format_bias as fbs
 
-    model = load_model(a.model)
     qs = load_dataset(a.dataset, n=a.n, skip_bad_rows=a.skip_bad_rows)
-    fmts = [PromptFormat.from_name(n) for n in a.formats.split(",")] if a.formats else None
+    names = tuple(a.formats.split(",")) if a.formats else None
     bounds = not a.no_video_bounds
-    skipped: list[dict] | None = [] if a.skip_bad_rows else None
-    items = format_bias_items(model, qs, formats=fmts, n_frames=a.n_frames, fps=a.fps, video_bounds=bounds,
-                              skipped=skipped)
-    cfg = run_config(model.name, a.dataset, a.n, a.formats.split(",") if a.formats else None,
-                     video=video_settings(qs, a.n_frames, a.fps, bounds))
-    info = run_info(qs, skipped or [])
-    store = ResultStore(a.out, config=cfg, run_info=info)
+    video = fbs.video_settings(qs, a.n_frames, a.fps, bounds)
+    info = fbs.run_info(qs, [])
     if info["skipped_rows"]:
-        print(f"skipped {len(info['skipped_rows'])} bad row(s) (listed in {store.root / 'config.json'}):",
+        print(f"skipped {len(info['skipped_rows'])} bad row(s) (listed in {a.out}/config.json under run_info):",
               file=sys.stderr)
         for r in info["skipped_rows"][:10]:
             print(f"  {r['reason']}", file=sys.stderr)
-    if not items:
+    task = fbs.FormatBiasTask(formats=names, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every,
+                              n_frames=a.n_frames, fps=a.fps, video_bounds=bounds, skip_bad_rows=a.skip_bad_rows)
+    res = _run_study(a, task, qs.to_dict("records"),
+                     lambda name: ResultStore(a.out, config=fbs.run_config(name, a.dataset, a.n, names, video=video),
+                                              run_info=info))
+    if res.empty:
         print(f"nothing to run: none of the {len(qs)} question(s) could be put in a prompt format "
-              f"(see run_info in {store.root / 'config.json'})", file=sys.stderr)
+              f"(see run_info in {a.out}/config.json)", file=sys.stderr)
         return 1
-    res = run_items(model, items, store, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every,
-                    progress=not a.quiet)
     acc = res.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
     print(acc.sort_values("correct", ascending=False).to_string())
     return 0

@@ -25,6 +25,7 @@ from .models.base import MLLM, Prompt
 from .prompts.formats import (PromptFormat, all_formats, build_mc_prompt, circular_shifts, score_exact_match,
                               standard_format)
 from .schema import DataError, MCQuestion, bad_row, options_in_image, row_where
+from .shards import Shard, question_group
 from .store import ResultStore
 
 
@@ -39,7 +40,7 @@ class EvalItem:
 
     def __post_init__(self):
         if not self.group:
-            self.group = f"{self.key['dataset']}/{self.key['question_id']}"
+            self.group = question_group(self.key["dataset"], self.key["question_id"])
 
 
 ScoreFn = Callable[[str, EvalItem], dict[str, Any]]
@@ -53,16 +54,23 @@ def exact_match_score(raw: str, item: EvalItem) -> dict[str, Any]:
 
 def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_fn: ScoreFn = exact_match_score,
               mode: str = "auto", batch_size: int = 16, flush_every: int = 256, progress: bool = True,
-              desc: str | None = None, stop_after: int | None = None) -> pd.DataFrame:
+              desc: str | None = None, stop_after: int | None = None,
+              shard: Shard | str | None = None) -> pd.DataFrame:
     """Evaluate the items not yet in ``store`` and return the store's full table.
 
     ``mode``: ``"engine"`` (prefix-sharing engine; refuses with the reason where it cannot be exact),
     ``"generate"`` (one batched ``generate`` per batch - the naive path), or ``"auto"`` (the engine where it is
     exact; elsewhere - a family it refuses, or a question group whose variants it cannot share - batched
-    ``generate`` plus ``option_logits``, with a warning naming the reason). ``stop_after`` ends the run after
-    that many new rows (used to simulate a killed run in tests)."""
+    ``generate`` plus ``option_logits``, with a warning naming the reason). ``shard`` (``"i/n"`` or a
+    :class:`~mmfragile.shards.Shard`): evaluate only the items of that shard's question groups. The item keys
+    are declared in the store's manifest under the shard's label first, so ``mmfragile merge`` can check the
+    run for completeness. ``stop_after`` ends the run after that many new rows (used to simulate a killed run
+    in tests)."""
     if mode not in ("auto", "engine", "generate"):
         raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
+    shard = Shard.parse(shard)
+    if shard.count > 1:
+        items = [it for it in items if shard.owns(it.group)]
     refusal = engine_refusal(model) if mode != "generate" else None
     if refusal is not None and mode == "engine":
         raise EngineInexact(f"{model.name}: {refusal}")
@@ -72,7 +80,10 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
         warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
                       stacklevel=2)
     engine = PrefixSharingEngine(model, batch_size=batch_size) if mode != "generate" and refusal is None else None
-    todo = [it for it in items if not store.is_done({"model": model.name, **it.key})]
+    keys = pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns)
+    if items:
+        store.declare(keys, shard.label)
+    todo = [it for it, p in zip(items, store.pending(keys)) if p]
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
                unit="q", smoothing=0.05)
     buffer: list[dict] = []

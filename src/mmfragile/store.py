@@ -1,31 +1,74 @@
-"""Resumable per-question result store (Parquet).
+"""Resumable per-question result store (Parquet), safe for concurrent writers and kills at any point.
 
 A store is a folder::
 
-    <root>/config.json          the run's configuration (checked on resume); its ``run_info`` entry
-                                (e.g. the bad input rows a run left out) is rewritten by every run, not checked
-    <root>/parts/part-*.parquet one file per flushed batch, each written atomically (tmp + rename)
+    <root>/config.json                     the run's configuration (checked on resume); its ``run_info`` entry
+                                           (e.g. the bad input rows a run left out) is rewritten, not checked
+    <root>/parts/part-<ns>-<id>-n<rows>.parquet   one file per flushed batch of rows
+    <root>/manifest/<label>.<digest>.parquet      the keys a run (or shard ``label``) set out to evaluate
+    <root>/quarantine/                     parts that failed to read, with the reason beside each
 
-Rows are keyed by ``key_columns`` (by default model, dataset, question_id, variant). A run asks the
-store which keys are done, evaluates only the rest and appends them in batches; a run killed at any
-point loses at most the batch in flight and never leaves a half-written file. ``read()`` returns one
-row per key even if a part was written twice (e.g. two processes raced), keeping the first.
+Rows are keyed by ``key_columns`` (by default model, dataset, question_id, variant). A run asks the store which
+keys are done, evaluates only the rest and appends them in batches.
+
+Why no row is lost or duplicated:
+
+* a part is written to a temporary file, fsynced, renamed to a name no other writer can pick (time + random
+  id) and the folder is fsynced: a killed writer leaves at most a temporary file, never a half part;
+* any number of processes (shards, a Ray driver, a rerun) may append at once; if two of them evaluated the same
+  key, :meth:`ResultStore.read` keeps one row per key (the first part in name order);
+* a part that cannot be read (truncated, bad page checksum, not Parquet) is moved to ``quarantine/`` with a
+  :class:`CorruptPartWarning` naming it; its rows count as not done, so the next run evaluates them again;
+* :meth:`ResultStore.compact` merges small parts into one and deletes them only after the merged part is durable
+  (a kill in between leaves duplicates, which reads drop and the next compaction removes); readers that lose a
+  part to a concurrent compaction list the folder again.
+
+Manifests make a run checkable: :meth:`ResultStore.declare` records the keys a run or shard is responsible for and
+:meth:`ResultStore.check` compares them with the stored rows (missing keys, unexpected keys, duplicates, shards
+that never started).
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import math
 import os
+import re
+import socket
+import time
 import uuid
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .faults import kill_point
 
 DEFAULT_KEY = ("model", "dataset", "question_id", "variant")
+#: Small parts are merged once ``COMPACT_FANOUT`` of them of similar size (same power of the fan-out) pile up.
+COMPACT_FANOUT = 16
+#: Parts of at least this many rows are never merged further.
+TARGET_PART_ROWS = 1_000_000
+_PART_RE = re.compile(r"^part-(\d+)-([0-9a-f]+)(?:-n(\d+))?\.parquet$")
+_SHARD_RE = re.compile(r"^shard-(\d+)-of-(\d+)$")
 
 
 class ConfigMismatch(ValueError):
     """A store is being resumed with a configuration different from the one it was created with."""
+
+
+class CorruptPartWarning(UserWarning):
+    """A part could not be read and was moved to the store's quarantine folder."""
+
+
+class _Vanished(Exception):
+    """A listed part disappeared (a concurrent compaction replaced it): list the folder again."""
 
 
 def _canonical(obj: Any) -> Any:
@@ -35,31 +78,131 @@ def _canonical(obj: Any) -> Any:
 RUN_INFO = "run_info"
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durable(table: pa.Table, dest: Path) -> None:
+    """Write ``table`` to ``dest`` so that ``dest`` either does not exist or is complete: temporary file in the
+    same folder, fsync, rename, fsync of the folder."""
+    tmp = dest.with_name(f".{dest.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, write_page_checksum=True)
+    data = sink.getvalue().to_pybytes()
+    with open(tmp, "wb") as f:
+        half = len(data) // 2
+        f.write(data[:half])
+        f.flush()
+        kill_point("store.write")
+        f.write(data[half:])
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, dest)
+    _fsync_dir(dest.parent)
+
+
+def _part_rows(path: Path) -> int | None:
+    """Rows of a part: from its name, or (parts written before names carried it) from its Parquet footer."""
+    m = _PART_RE.match(path.name)
+    if m and m.group(3):
+        return int(m.group(3))
+    try:
+        return pq.ParquetFile(path).metadata.num_rows if m else None
+    except (OSError, pa.ArrowException):
+        return None  # vanished or unreadable: not a candidate (reads quarantine it)
+
+
+def _key_strings(table: pa.Table | pd.DataFrame, columns: Sequence[str]) -> list[pd.Series]:
+    """Key columns as strings (keys compare by their text, so 3 and "3" are the same key)."""
+    if isinstance(table, pa.Table):
+        return [table.column(c).to_pandas() if pa.types.is_string(table.column(c).type)
+                else table.column(c).to_pandas().astype(str) for c in columns]
+    return [table[c].astype(str) for c in columns]
+
+
+def _key_index(cols: list[pd.Series]) -> pd.MultiIndex:
+    return pd.MultiIndex.from_arrays([np.asarray(c, dtype=object) if len(c) == 0 else c for c in cols])
+
+
+@dataclass
+class Completeness:
+    """What :meth:`ResultStore.check` found: the keys the manifests expect against the rows stored."""
+
+    root: Path
+    n_expected: int
+    n_stored: int
+    missing: pd.DataFrame            # expected, not stored
+    unexpected: pd.DataFrame         # stored, in no manifest
+    duplicates: pd.DataFrame         # keys stored in more than one row (``read`` keeps one), with ``copies``
+    missing_shards: list[str] = field(default_factory=list)   # "i/n" of shards that declared nothing
+    quarantined: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.n_expected > 0 and self.missing.empty and not self.missing_shards
+
+    def __str__(self) -> str:
+        lines = [f"{self.root}: {self.n_stored} rows stored, {self.n_expected} expected by the manifests - "
+                 + ("COMPLETE" if self.complete else "INCOMPLETE")]
+        if self.n_expected == 0:
+            lines.append("  no manifest: nothing says which keys this store should hold (run with this version)")
+        if self.missing_shards:
+            lines.append(f"  shards that never declared their items (not started?): {', '.join(self.missing_shards)}")
+        for name, df in (("missing", self.missing), ("unexpected (in no manifest)", self.unexpected),
+                         ("duplicate (kept once)", self.duplicates)):
+            if len(df):
+                lines.append(f"  {len(df)} {name} key(s), e.g.:")
+                lines += ["    " + " | ".join(map(str, r)) for r in df.head(5).itertuples(index=False, name=None)]
+        if self.quarantined:
+            lines.append(f"  quarantined parts: {', '.join(self.quarantined)}")
+        return "\n".join(lines)
+
+
 class ResultStore:
-    """``run_info`` (optional): facts about this run that do not change any row's value - e.g. the bad input
-    rows it left out (``skipped_rows``) - stored in config.json under ``"run_info"``, replaced by each run
-    that passes one and ignored by the resume check."""
+    """A folder of Parquet parts holding one row per key; see the module docstring.
+
+    ``run_info`` (optional): facts about this run that do not change any row's value - e.g. the bad input rows it
+    left out (``skipped_rows``) - stored in config.json under ``"run_info"``, replaced by each run that passes one
+    and ignored by the resume check."""
 
     def __init__(self, root: str | Path, config: Mapping[str, Any] | None = None,
-                 key_columns: Sequence[str] = DEFAULT_KEY, run_info: Mapping[str, Any] | None = None):
+                 key_columns: Sequence[str] = DEFAULT_KEY, run_info: Mapping[str, Any] | None = None, *,
+                 compact_fanout: int = COMPACT_FANOUT, target_part_rows: int = TARGET_PART_ROWS):
         self.root = Path(root)
         self.parts = self.root / "parts"
         self.parts.mkdir(parents=True, exist_ok=True)
         self.key_columns = list(key_columns)
-        cfg_file = self.root / "config.json"
+        self.compact_fanout = int(compact_fanout)
+        self.target_part_rows = int(target_part_rows)
         if config is not None:
-            config = _canonical({**{k: v for k, v in config.items() if k != RUN_INFO}, "key_columns": self.key_columns})
-            stored = json.loads(cfg_file.read_text()) if cfg_file.exists() else None
-            if stored is not None:
-                old = {k: v for k, v in stored.items() if k != RUN_INFO}
-                diff = {k: (old.get(k), config.get(k)) for k in set(old) | set(config) if old.get(k) != config.get(k)}
-                if diff:
-                    raise ConfigMismatch(f"{cfg_file}: the store was created with another configuration; "
-                                         f"differences (stored, requested): {diff}. Use a new output folder.")
-            if stored is None or run_info is not None:
-                info = _canonical(dict(run_info)) if run_info is not None else (stored or {}).get(RUN_INFO)
-                self._write_config({**config, **({RUN_INFO: info} if info is not None else {})})
-        self._done: set[tuple] | None = None
+            config = {k: v for k, v in config.items() if k != RUN_INFO}
+            self._settle_config(_canonical({**config, "key_columns": self.key_columns}))
+            if run_info is not None:
+                self.set_run_info(run_info)
+        self._index: pd.MultiIndex | None = None   # keys on disk when last scanned
+        self._added: set[tuple] = set()            # keys this handle appended since
+
+    # ------------------------------------------------------------------------------------------ config
+    def _settle_config(self, config: dict) -> None:
+        cfg_file = self.root / "config.json"
+        if not cfg_file.exists():
+            tmp = cfg_file.with_name(f".config.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+            tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
+            try:
+                os.link(tmp, cfg_file)  # first writer wins atomically; the others compare below
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        old = {k: v for k, v in json.loads(cfg_file.read_text()).items() if k != RUN_INFO}
+        diff = {k: (old.get(k), config.get(k)) for k in set(old) | set(config) if old.get(k) != config.get(k)}
+        if diff:
+            raise ConfigMismatch(f"{cfg_file}: the store was created with another configuration; "
+                                 f"differences (stored, requested): {diff}. Use a new output folder.")
 
     def set_run_info(self, info: Mapping[str, Any]) -> None:
         """Replace the ``run_info`` entry of config.json (see the class docstring)."""
@@ -68,9 +211,18 @@ class ResultStore:
             raise FileNotFoundError(f"{self.root}: no config.json to record run_info in")
         self._write_config({**cfg, RUN_INFO: _canonical(dict(info))})
 
+    def add_skipped_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Add bad input rows a run (or one shard / worker of it) left out to ``run_info.skipped_rows``, keeping
+        those recorded before (the load's, other shards')."""
+        info = dict(self.config.get(RUN_INFO) or {})
+        known = info.get("skipped_rows", [])
+        new = [r for r in _canonical([dict(r) for r in rows]) if r not in known]
+        if new or "skipped_rows" not in info:
+            self.set_run_info({**info, "skipped_rows": known + new})
+
     def _write_config(self, config: Mapping[str, Any]) -> None:
         cfg_file = self.root / "config.json"
-        tmp = cfg_file.with_suffix(".tmp")
+        tmp = cfg_file.with_name(f".config.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
         tmp.replace(cfg_file)
 
@@ -79,57 +231,342 @@ class ResultStore:
         f = self.root / "config.json"
         return json.loads(f.read_text()) if f.exists() else {}
 
+    # ------------------------------------------------------------------------------------------ parts
     def _files(self) -> list[Path]:
-        return sorted(self.parts.glob("part-*.parquet"))
+        return sorted(p for p in self.parts.glob("part-*.parquet"))
 
+    def _read_part(self, path: Path, columns: Sequence[str] | None = None) -> pa.Table | None:
+        """The part's table, or None if it is corrupt (then it is quarantined); _Vanished if it is gone."""
+        try:
+            table = pq.read_table(path, columns=list(columns) if columns is not None else None,
+                                  page_checksum_verification=True)
+            missing = [c for c in self.key_columns if c not in table.column_names]
+            if missing:
+                raise ValueError(f"lacks key column(s) {missing}")
+            return table
+        except FileNotFoundError:
+            raise _Vanished(path) from None
+        except (pa.ArrowException, OSError, ValueError) as e:
+            self._quarantine(path, f"{type(e).__name__}: {e}")
+            return None
+
+    def _quarantine(self, path: Path, reason: str) -> None:
+        qdir = self.root / "quarantine"
+        qdir.mkdir(exist_ok=True)
+        dest = qdir / path.name
+        try:
+            os.replace(path, dest)
+        except FileNotFoundError:  # another reader quarantined it (or a compaction replaced it) first
+            return
+        (qdir / f"{path.name}.reason.txt").write_text(reason + "\n")
+        warnings.warn(f"{path}: unreadable result part ({reason}); moved to {dest}. Its rows count as not done "
+                      f"and the next run evaluates them again.", CorruptPartWarning, stacklevel=3)
+
+    def _read_all(self, columns: Sequence[str] | None = None) -> list[tuple[Path, pa.Table]]:
+        for _ in range(20):
+            try:
+                out = []
+                for f in self._files():
+                    t = self._read_part(f, columns)
+                    if t is not None:
+                        out.append((f, t))
+                return out
+            except _Vanished:
+                continue  # a concurrent compaction replaced a part: list again
+        raise RuntimeError(f"{self.parts}: parts kept vanishing while reading (20 tries); is a compaction looping?")
+
+    # ------------------------------------------------------------------------------------------ keys
     def _key(self, row: Mapping[str, Any]) -> tuple:
         return tuple(str(row[c]) for c in self.key_columns)
 
+    def _scan(self) -> pd.MultiIndex:
+        tables = [t for _, t in self._read_all(self.key_columns)]
+        if not tables:
+            return _key_index([pd.Series([], dtype=object)] * len(self.key_columns))
+        cols = [pd.concat(c, ignore_index=True) for c in zip(*(_key_strings(t, self.key_columns) for t in tables))]
+        return _key_index(cols).unique()
+
+    def _disk_index(self) -> pd.MultiIndex:
+        if self._index is None:
+            self._index = self._scan()
+        return self._index
+
+    def refresh(self) -> None:
+        """Forget the cached keys (the next query scans the parts again, seeing other writers' rows)."""
+        self._index = None
+        self._added = set()
+
     def done_keys(self) -> set[tuple]:
-        if self._done is None:
-            self._done = set()
-            for f in self._files():
-                df = pd.read_parquet(f, columns=self.key_columns)
-                self._done.update(map(tuple, df.astype(str).itertuples(index=False, name=None)))
-        return self._done
+        """All stored keys as tuples of strings (memory grows with the store; prefer :meth:`pending`)."""
+        return set(self._disk_index()) | self._added
 
     def is_done(self, row: Mapping[str, Any]) -> bool:
-        return self._key(row) in self.done_keys()
+        k = self._key(row)
+        return k in self._added or k in self._disk_index()
 
+    def pending(self, keys: pd.DataFrame | Iterable[Mapping[str, Any]]) -> np.ndarray:
+        """Boolean mask: which of ``keys`` (rows with the key columns) are not stored yet. Vectorised: use it
+        for large item lists instead of calling :meth:`is_done` per item."""
+        df = keys if isinstance(keys, pd.DataFrame) else pd.DataFrame(list(keys), columns=self.key_columns)
+        if df.empty:
+            return np.zeros(0, dtype=bool)
+        return self._pending_index(_key_index(_key_strings(df, self.key_columns)))
+
+    def _pending_index(self, q: pd.MultiIndex) -> np.ndarray:
+        done = q.isin(self._disk_index())
+        if self._added:
+            done |= np.fromiter((k in self._added for k in q), dtype=bool, count=len(q))
+        return ~done
+
+    def __len__(self) -> int:
+        return len(self._disk_index()) + len(self._added)
+
+    # ------------------------------------------------------------------------------------------ writing
     def append(self, rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> int:
-        """Write rows not already stored as one new part; returns how many were written."""
+        """Write the rows whose keys are not stored yet as one new part; returns how many were written."""
+        kill_point("store.append")
         df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
         if df.empty:
             return 0
         missing = [c for c in self.key_columns if c not in df.columns]
         if missing:
             raise KeyError(f"rows lack key column(s) {missing}")
-        keys = [tuple(map(str, k)) for k in df[self.key_columns].itertuples(index=False, name=None)]
-        done = self.done_keys()
-        keep, seen = [], set()
-        for k in keys:
-            keep.append(k not in done and k not in seen)
-            seen.add(k)
+        keys = _key_index(_key_strings(df, self.key_columns))
+        keep = self._pending_index(keys) & ~keys.duplicated(keep="first")
         df = df[keep]
         if df.empty:
             return 0
-        name = f"part-{len(self._files()):06d}-{uuid.uuid4().hex[:8]}.parquet"
-        tmp = self.parts / f".{name}.tmp"
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, self.parts / name)
-        done.update(k for k, kept in zip(keys, keep) if kept)
+        table = pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False)
+        _write_durable(table, self._new_part_path(len(df)))
+        kill_point("store.renamed")
+        self._added.update(keys[keep])
+        if len(self._added) > max(50_000, len(self._disk_index()) // 4):
+            # fold this session's keys into the index (geometric: O(rows) in all; a set of tuples costs ~300 B a key)
+            self._index = self._disk_index().append(pd.MultiIndex.from_tuples(list(self._added)))
+            self._added = set()
+        if self.compact_fanout > 1:
+            self.compact(full=False)
         return len(df)
 
-    def read(self) -> pd.DataFrame:
-        files = self._files()
-        if not files:
-            return pd.DataFrame()
-        df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-        key = df[self.key_columns].astype(str)
-        return df[~key.duplicated(keep="first")].reset_index(drop=True)
+    def _new_part_path(self, n_rows: int, stamp: int | None = None) -> Path:
+        stamp = time.time_ns() if stamp is None else stamp
+        return self.parts / f"part-{stamp:020d}-{uuid.uuid4().hex[:12]}-n{n_rows}.parquet"
 
-    def __len__(self) -> int:
-        return len(self.done_keys())
+    # ------------------------------------------------------------------------------------------ reading
+    def read(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The stored table, one row per key (the first copy in part-name order). ``columns``: read only these
+        (the key columns are always included). Unreadable parts are quarantined, never raised."""
+        if columns is not None:
+            columns = list(dict.fromkeys([*self.key_columns, *columns]))
+        parts = self._read_all(columns)
+        if not parts:
+            return pd.DataFrame()
+        tables = [t for _, t in parts]
+        try:
+            table = pa.concat_tables(tables, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            # parts whose column types cannot be unified in Arrow (e.g. int in one, str in another): let pandas
+            df = pd.concat([t.to_pandas() for t in tables], ignore_index=True)
+            dup = _key_index(_key_strings(df, self.key_columns)).duplicated(keep="first")
+            return (df[~dup] if dup.any() else df).reset_index(drop=True)
+        # drop duplicate keys in Arrow, before the (costly) conversion of every column to pandas
+        dup = _key_index(_key_strings(table, self.key_columns)).duplicated(keep="first")
+        if dup.any():
+            table = table.filter(pa.array(~dup))
+        return table.to_pandas()
+
+    # ------------------------------------------------------------------------------------------ compaction
+    def compact(self, full: bool = True) -> int:
+        """Merge small parts; returns the number of parts merged away.
+
+        ``full=False`` (done after every append): size-tiered - only once ``compact_fanout`` parts of the same
+        size tier (rows within the same power of the fan-out) exist, so every row is rewritten about
+        log_fanout(target / flush) times. ``full=True``: every part under ``target_part_rows`` rows, merged into
+        as few parts as possible. Safe against concurrent writers, readers, other compactions (a lock file
+        avoids duplicate work; correctness does not depend on it) and kills (see the module docstring)."""
+        lock_path = self.root / ".compact.lock"
+        with open(lock_path, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0  # another process is compacting this store
+            try:
+                return sum(self._merge(batch) for batch in self._compaction_batches(full))
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _compaction_batches(self, full: bool) -> list[list[Path]]:
+        small = [(f, n) for f in self._files() if (n := _part_rows(f)) is not None and n < self.target_part_rows]
+        batches: list[list[Path]] = []
+        if full:
+            cur, rows = [], 0
+            for f, n in small:
+                if cur and rows + n > self.target_part_rows:
+                    batches.append(cur)
+                    cur, rows = [], 0
+                cur.append(f)
+                rows += n
+            batches.append(cur)
+            return [b for b in batches if len(b) > 1]
+        fan = self.compact_fanout
+        tiers: dict[int, list[Path]] = {}
+        for f, n in small:
+            tiers.setdefault(int(math.log(max(n, 1), fan)), []).append(f)
+        for files in tiers.values():
+            batches += [files[i:i + fan] for i in range(0, len(files) - fan + 1, fan)]
+        return batches
+
+    def _merge(self, batch: list[Path]) -> int:
+        tables, used = [], []
+        for f in batch:
+            try:
+                t = self._read_part(f)
+            except _Vanished:
+                continue  # someone else merged it already: its rows live in their part
+            if t is not None:
+                tables.append(t)
+                used.append(f)
+        if len(used) < 2:
+            return 0
+        try:
+            table = pa.concat_tables(tables, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return 0  # incompatible column types: leave these parts as they are (reads handle them)
+        dup = _key_index(_key_strings(table, self.key_columns)).duplicated(keep="first")
+        if dup.any():
+            table = table.filter(pa.array(~dup))
+        stamp = int(_PART_RE.match(used[0].name).group(1))  # keeps the merged rows where the first part sorted
+        _write_durable(table, self._new_part_path(table.num_rows, stamp))
+        kill_point("store.compact")
+        for f in used:
+            try:
+                f.unlink()
+            except FileNotFoundError:
+                pass
+        _fsync_dir(self.parts)
+        return len(used) - 1
+
+    def clean_temporary(self, min_age_s: float = 3600.0) -> list[Path]:
+        """Delete temporary files left by killed writers (older than ``min_age_s``; a live writer's file is
+        seconds old). Returns the deleted paths."""
+        out = []
+        now = time.time()
+        for d in (self.parts, self.root / "manifest"):
+            for p in d.glob(".*.tmp") if d.exists() else []:
+                try:
+                    if now - p.stat().st_mtime >= min_age_s:
+                        p.unlink()
+                        out.append(p)
+                except FileNotFoundError:
+                    pass
+        return out
+
+    # ------------------------------------------------------------------------------------------ manifests
+    def declare(self, keys: pd.DataFrame | Iterable[Mapping[str, Any]], label: str = "shard-0-of-1") -> Path:
+        """Record that a run (or shard ``label``, ``shard-<i>-of-<n>``) is responsible for ``keys``. Several
+        declarations add up; the same key set under the same label is written once."""
+        df = keys if isinstance(keys, pd.DataFrame) else pd.DataFrame(list(keys), columns=self.key_columns)
+        cols = _key_strings(df, self.key_columns)  # an empty declaration still says "this shard has no items"
+        frame = pd.DataFrame({c: s.to_numpy(dtype=object) for c, s in zip(self.key_columns, cols)})
+        frame = frame.drop_duplicates().sort_values(self.key_columns).reset_index(drop=True)
+        digest = hashlib.sha1(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()).hexdigest()[:16]
+        mdir = self.root / "manifest"
+        mdir.mkdir(exist_ok=True)
+        dest = mdir / f"{label}.{digest}.parquet"
+        if not dest.exists():
+            _write_durable(pa.Table.from_pandas(frame, preserve_index=False), dest)
+        return dest
+
+    def _manifests(self) -> list[Path]:
+        mdir = self.root / "manifest"
+        return sorted(mdir.glob("*.parquet")) if mdir.exists() else []
+
+    def manifest_labels(self) -> dict[str, list[Path]]:
+        """Manifest files by label (``shard-<i>-of-<n>``)."""
+        out: dict[str, list[Path]] = {}
+        for m in self._manifests():
+            out.setdefault(m.name.split(".")[0], []).append(m)
+        return out
+
+    def _expected_index(self, label: str | None = None, files: Sequence[Path] | None = None) -> pd.MultiIndex:
+        if files is None:
+            files = [m for m in self._manifests() if label is None or m.name.split(".")[0] == label]
+        tables = [pq.read_table(m) for m in files]
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return _key_index([pd.Series([], dtype=object)] * len(self.key_columns))
+        cols = [pd.concat(c, ignore_index=True) for c in zip(*(_key_strings(t, self.key_columns) for t in tables))]
+        return _key_index(cols).unique()
+
+    def expected_keys(self, label: str | None = None) -> pd.DataFrame:
+        """The union of all declared keys (strings), one row per key; ``label``: of that shard only."""
+        return self._expected_index(label).to_frame(index=False, name=self.key_columns)
+
+    def missing_shards(self) -> list[str]:
+        """``"i/n"`` for every shard of a declared split that has declared nothing."""
+        seen: dict[int, set[int]] = {}
+        for m in self._manifests():
+            s = _SHARD_RE.match(m.name.split(".")[0])
+            if s:
+                seen.setdefault(int(s.group(2)), set()).add(int(s.group(1)))
+        return [f"{i}/{n}" for n in sorted(seen) for i in range(n) if i not in seen[n]]
+
+    def check(self) -> Completeness:
+        """Compare the stored rows with the manifests (see :class:`Completeness`)."""
+        tables = [t for _, t in self._read_all(self.key_columns)]
+        cols = ([pd.concat(c, ignore_index=True) for c in zip(*(_key_strings(t, self.key_columns) for t in tables))]
+                if tables else [pd.Series([], dtype=object)] * len(self.key_columns))
+        stored = _key_index(cols)
+        dup_mask = stored.duplicated(keep=False)
+        dups = stored[dup_mask].to_frame(index=False, name=self.key_columns).value_counts(sort=False)
+        got = stored[~stored.duplicated(keep="first")]
+        exp = self._expected_index()
+
+        def frame(mi: pd.MultiIndex) -> pd.DataFrame:
+            return mi.to_frame(index=False, name=self.key_columns).astype(object)
+
+        qdir = self.root / "quarantine"
+        return Completeness(
+            root=self.root, n_expected=len(exp), n_stored=len(got),
+            missing=frame(exp[~exp.isin(got)]), unexpected=frame(got[~got.isin(exp)]),
+            duplicates=dups.rename("copies").reset_index(),
+            missing_shards=self.missing_shards(),
+            quarantined=sorted(p.name for p in qdir.glob("*.parquet")) if qdir.exists() else [])
+
+
+def merge_stores(target: str | Path, sources: Sequence[str | Path] = (), compact: bool = True) -> Completeness:
+    """Bring the rows and manifests of ``sources`` (e.g. per-shard stores written on separate disks) into the
+    store at ``target`` (created with the first source's config if it does not exist; every config must match),
+    compact it and check it against its manifests. The returned report lists duplicates as found before the
+    compaction removed them."""
+    target = Path(target)
+    for s in [target, *map(Path, sources)]:
+        if not (s / "parts").is_dir() and (s != target or not sources):
+            raise FileNotFoundError(f"{s}: not a result store (no parts/ folder)")
+    srcs = [ResultStore(s) for s in sources]
+    cfg = json.loads((target / "config.json").read_text()) if (target / "config.json").exists() else (
+        srcs[0].config if srcs else {})
+    key_columns = cfg.get("key_columns", list(DEFAULT_KEY))
+    out = ResultStore(target, config={k: v for k, v in cfg.items() if k != "key_columns"} if cfg else None,
+                      key_columns=key_columns)
+    for s in srcs:
+        if s.config != out.config:
+            raise ConfigMismatch(f"{s.root}: its config differs from {out.root}'s; only runs of one configuration "
+                                 f"merge (stored {out.config}, source {s.config})")
+        for m in s._manifests():
+            dest = out.root / "manifest" / m.name
+            if not dest.exists():
+                dest.parent.mkdir(exist_ok=True)
+                _write_durable(pq.read_table(m), dest)
+        for _, t in s._read_all():
+            out.append(t.to_pandas())
+    report = out.check()
+    if compact:
+        out.compact(full=True)
+        after = out.check()
+        after.duplicates = report.duplicates
+        report = after
+    return report
 
 
 def find_stores(root: str | Path, study: str, default_study: str | None = None) -> list[ResultStore]:

@@ -1,9 +1,12 @@
 """OpenAI-compatible chat backend: API models and local servers (vLLM, llama.cpp server, ...).
 
-Standard library only for HTTP (:mod:`urllib.request` + :mod:`concurrent.futures`); no ``openai``
-package. One :class:`OpenAIChatModel` talks to ``{base_url}/chat/completions`` (e.g.
-``base_url="http://127.0.0.1:8000/v1"``) and implements the :class:`~mmfragile.models.base.MLLM`
-interface:
+HTTP goes through the official ``openai`` client (``AsyncOpenAI``, on one event-loop thread per model
+instance, so the synchronous MLLM calls work from scripts, threads and notebooks alike); the requests of a
+call run concurrently, at most ``max_concurrency`` in flight per instance. The request bodies are built here
+and sent as they are (``client.post``), so every OpenAI-compatible server and field (vLLM's
+``continue_final_message``, ``top_k`` ...) works and the disk cache keys on exactly what was sent. One
+:class:`OpenAIChatModel` talks to ``{base_url}/chat/completions`` (e.g. ``base_url="http://127.0.0.1:8000/v1"``)
+and implements the :class:`~mmfragile.models.base.MLLM` interface:
 
 * :meth:`OpenAIChatModel.generate` - ``temperature=0`` chat completion, ``max_tokens=max_new_tokens``.
 * :meth:`OpenAIChatModel.option_logits` - one request per prompt with ``logprobs=true``,
@@ -47,21 +50,39 @@ or hosts serving the same model name. A cache hit makes no HTTP request. Files a
 atomically; unreadable cache files are ignored (and overwritten).
 
 Loopback base URLs (``localhost``, ``127.*``, ``::1``) bypass any ``HTTP(S)_PROXY`` environment
-setting; other hosts use urllib's default proxy handling.
+setting; other hosts use the client's default proxy handling. Without an API key no ``Authorization``
+header is sent (local servers).
 
 Errors: :class:`APIError` carries ``status`` (``None`` for connection errors), ``url`` and the
 server's message body. 429, 408 and 5xx responses and connection errors / timeouts are retried
 up to ``max_retries`` times with exponential backoff and jitter
 (``min(backoff_max, backoff_base * 2**attempt) * U(0.5, 1)``), honouring a ``Retry-After``
-header (seconds or HTTP date; capped at ``max_retry_after``); other 4xx fail immediately.
+header (seconds or HTTP date; capped at ``max_retry_after``); other 4xx fail immediately. The client's own
+retries are switched off so that this one, tested policy applies (its default caps Retry-After at 60 s).
+
+Other providers through their OpenAI-compatible endpoints (keys from the environment, never from files):
+
+* OpenAI: ``https://api.openai.com/v1``, models such as ``gpt-4o`` / ``gpt-4o-mini``, key ``OPENAI_API_KEY``;
+  logprobs yes (``top_logprobs`` <= 20), so :meth:`OpenAIChatModel.option_logits` works.
+* Gemini: ``https://generativelanguage.googleapis.com/v1beta/openai/``, models such as ``gemini-2.5-flash``, key
+  ``GEMINI_API_KEY``; logprobs are not part of the documented compatibility surface - if the response carries
+  none, ``option_logits`` raises saying so.
+* Claude: ``https://api.anthropic.com/v1/``, Claude model names (e.g. ``claude-sonnet-4-5``), key
+  ``ANTHROPIC_API_KEY``; Anthropic documents ``logprobs``, ``top_logprobs`` and ``seed`` as ignored and
+  ``temperature`` as 0-1, so only ``generate`` applies (``option_logits`` raises: no logprobs).
+
+e.g. ``OpenAIChatModel("https://generativelanguage.googleapis.com/v1beta/openai/", "gemini-2.5-flash",
+api_key=os.environ["GEMINI_API_KEY"])``. Without logprobs use ``generate`` with exact-match / extraction
+scoring, as the papers do for API models.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import email.utils
 import hashlib
-import http.client
+import inspect
 import io
 import json
 import math
@@ -69,10 +90,7 @@ import os
 import random
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -90,6 +108,10 @@ RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 _ASSISTANT_PREFIX_MODES = ("user", "continue", "prefill")
 #: request fields the determinism protocol owns; ``extra_body`` may not override them.
 _PROTECTED_FIELDS = ("temperature", "model", "messages", "n", "stream")
+
+
+class _Aborted(Exception):
+    """A request not sent because another request of its batch failed for good."""
 
 
 class APIError(RuntimeError):
@@ -322,13 +344,16 @@ class OpenAIChatModel(MLLM):
         self.name = name or model
         # loopback servers (vLLM, llama.cpp on this machine) never go through an HTTP(S)_PROXY
         host = (urllib.parse.urlsplit(self.base_url).hostname or "").lower()
-        loopback = host in ("localhost", "::1") or host.startswith("127.")
-        self._opener = urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if loopback else []))
-        #: replaceable for tests (records backoff delays without waiting)
-        self._sleep: Callable[[float], None] = time.sleep
+        self._loopback = host in ("localhost", "::1") or host.startswith("127.")
+        #: replaceable for tests (records backoff delays without waiting); may return an awaitable
+        self._sleep: Callable[[float], Any] = asyncio.sleep
         self._rng = random.Random(0)
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        # one event loop thread per instance runs every request: the client, the connection pool and the
+        # concurrency limit live there, so the limit holds across threads calling generate() at once
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None
+        self._slots: asyncio.Semaphore | None = None
         #: counters: HTTP attempts made, cache hits, retries performed
         self.n_http_requests = 0
         self.n_cache_hits = 0
@@ -358,12 +383,6 @@ class OpenAIChatModel(MLLM):
             body["add_generation_prompt"] = False
         return body
 
-    def _headers(self) -> dict:
-        h = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "mmfragile/openai_api"}
-        if self.api_key:
-            h["Authorization"] = f"Bearer {self.api_key}"
-        return h
-
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, self.max_retry_after)
@@ -371,33 +390,67 @@ class OpenAIChatModel(MLLM):
             jitter = self._rng.uniform(0.5, 1.0)
         return min(self.backoff_max, self.backoff_base * (2 ** attempt)) * jitter
 
-    def _post_once(self, url: str, data: bytes) -> dict:
-        """One HTTP POST; returns the decoded JSON or raises APIError (``retryable`` set)."""
-        req = urllib.request.Request(url, data=data, headers=self._headers(), method="POST")
+    # -- the event loop thread and the official client
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name=f"mmfragile-api-{self.name}", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    def _run(self, coro) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._event_loop()).result()
+
+    def _ensure_client(self) -> Any:
+        """The AsyncOpenAI client (created on the loop thread, where it is used). Its own retries are off: the
+        retry policy above (Retry-After honoured and capped, exponential backoff) is the one that applies."""
+        if self._client is None:
+            try:
+                import openai
+            except ImportError as e:
+                raise ImportError("the OpenAI-compatible backend needs the official client: pip install "
+                                  "openai==3.51.0 (in requirements.txt)") from e
+
+            self._client = openai.AsyncOpenAI(
+                base_url=self.base_url, api_key=self.api_key or "none", max_retries=0, timeout=self.timeout,
+                http_client=openai.DefaultAsyncHttpx2Client(trust_env=False) if self._loopback else None)
+            self._slots = asyncio.Semaphore(self.max_concurrency)
+        return self._client
+
+    def close(self) -> None:
+        """Close the HTTP client and stop the loop thread (a later call starts them again)."""
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        if self._client is not None:
+            asyncio.run_coroutine_threadsafe(self._client.close(), loop).result()
+            self._client = None
+        loop.call_soon_threadsafe(loop.stop)
+
+    async def _attempt(self, url: str, endpoint: str, body: dict) -> dict:
+        """One HTTP POST through the client; the decoded JSON, or APIError (``retryable`` set)."""
+        client = self._ensure_client()
+        import httpx2  # noqa: E402 - after _ensure_client, which explains a missing openai package
+        import openai
         with self._lock:
             self.n_http_requests += 1
+        # no key: send no Authorization header at all (local servers), as the client allows when asked explicitly
+        options = {} if self.api_key else {"headers": {"Authorization": openai.Omit()}}
         try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-                status = resp.status
-        except urllib.error.HTTPError as e:
-            try:
-                body = e.read().decode("utf-8", errors="replace")
-            except Exception:  # noqa: BLE001 - body is best effort
-                body = ""
-            finally:
-                e.close()
+            resp = await client.post(f"/{endpoint}", cast_to=httpx2.Response, body=body, options=options)
+        except openai.APIStatusError as e:
+            text = e.response.text
             raise APIError(
-                f"HTTP {e.code} from {url}: {body.strip() or e.reason}",
-                status=e.code, url=url, body=body, retryable=e.code in RETRYABLE_STATUS,
-                retry_after=_parse_retry_after(e.headers.get("Retry-After") if e.headers else None),
-            ) from None
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
-            # refused/reset/timeout (OSError subclasses), bad or truncated responses (HTTPException)
-            reason = getattr(e, "reason", e)
+                f"HTTP {e.status_code} from {url}: {text.strip() or e.message}",
+                status=e.status_code, url=url, body=text, retryable=e.status_code in RETRYABLE_STATUS,
+                retry_after=_parse_retry_after(e.response.headers.get("retry-after"))) from None
+        except openai.APIConnectionError as e:  # refused / reset / timeout
+            reason = e.__cause__ or e
             raise APIError(f"connection error for {url}: {type(reason).__name__}: {reason}",
                            status=None, url=url, body=str(reason), retryable=True) from None
-        text = raw.decode("utf-8", errors="replace")
+        status, text = resp.status_code, resp.text
         try:
             out = json.loads(text)
         except json.JSONDecodeError:
@@ -411,8 +464,9 @@ class OpenAIChatModel(MLLM):
                            status=status, url=url, body=text)
         return out
 
-    def _post(self, endpoint: str, body: dict) -> dict:
-        """POST with retries, through the disk cache."""
+    async def _post(self, endpoint: str, body: dict, stop: asyncio.Event) -> dict:
+        """POST with retries, through the disk cache. ``stop`` is set by the first request of a batch that fails
+        for good; requests of that batch not yet sent are then not sent (:class:`_Aborted`)."""
         key = request_cache_key(endpoint, body) if self.cache_dir is not None else None
         if key is not None:
             hit = self._cache_read(key)
@@ -421,27 +475,49 @@ class OpenAIChatModel(MLLM):
                     self.n_cache_hits += 1
                 return hit
         url = f"{self.base_url}/{endpoint}"
-        data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        self._ensure_client()
         attempt = 0
         while True:
-            try:
-                with self._slots:  # the limit holds across concurrent generate/option_logits calls
-                    out = self._post_once(url, data)
-                break
-            except APIError as e:
-                e.attempts = attempt + 1
-                if not e.retryable or attempt >= self.max_retries:
-                    if e.retryable:
-                        e.args = (f"{e.args[0]} (gave up after {attempt + 1} attempt(s))",)
-                    raise
-                delay = self._backoff(attempt, e.retry_after)
-                with self._lock:
-                    self.n_retries += 1
-                self._sleep(delay)
-                attempt += 1
+            async with self._slots:  # the limit holds across concurrent generate/option_logits calls
+                if stop.is_set():
+                    raise _Aborted()
+                try:
+                    out = await self._attempt(url, endpoint, body)
+                    break
+                except APIError as e:
+                    e.attempts = attempt + 1
+                    if not e.retryable or attempt >= self.max_retries:
+                        stop.set()  # before the slot is released: no sibling request starts after a failure
+                        if e.retryable:
+                            e.args = (f"{e.args[0]} (gave up after {attempt + 1} attempt(s))",)
+                        raise
+                    delay = self._backoff(attempt, e.retry_after)
+            with self._lock:
+                self.n_retries += 1
+            waited = self._sleep(delay)  # outside the slot: a backing-off request holds no concurrency
+            if inspect.isawaitable(waited):
+                await waited
+            attempt += 1
         if key is not None:
             self._cache_write(key, endpoint, body, out)
         return out
+
+    def _post_many(self, endpoint: str, bodies: Sequence[dict]) -> list[dict]:
+        """The responses to ``bodies``, in order, with up to ``max_concurrency`` requests in flight. The first
+        failure (in input order) is raised once the requests in flight have ended; requests not yet sent by then
+        are not sent."""
+        if not bodies:
+            return []
+
+        async def batch() -> list:
+            stop = asyncio.Event()
+            results = await asyncio.gather(*(self._post(endpoint, b, stop) for b in bodies), return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException) and not isinstance(r, _Aborted):
+                    raise r
+            return results
+
+        return self._run(batch())
 
     def _cache_path(self, key: str) -> Path:
         assert self.cache_dir is not None
@@ -464,23 +540,6 @@ class OpenAIChatModel(MLLM):
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(rec, f, ensure_ascii=False, sort_keys=True)
         os.replace(tmp, path)
-
-    def _map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list:
-        """``[fn(x) for x in items]`` with up to ``max_concurrency`` in flight; input order kept.
-
-        The first failure (in input order) is raised after cancelling requests not yet started.
-        """
-        items = list(items)
-        if not items:
-            return []
-        if self.max_concurrency == 1 or len(items) == 1:
-            return [fn(x) for x in items]
-        pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items)), thread_name_prefix="mmfragile-api")
-        try:
-            futures = [pool.submit(fn, x) for x in items]
-            return [f.result() for f in futures]
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
 
     # ---------------------------------------------------------------- response parsing
 
@@ -512,15 +571,16 @@ class OpenAIChatModel(MLLM):
         url = f"{self.base_url}/chat/completions"
         bodies = [self._chat_body(p, max_new_tokens) for p in prompts]
 
+        outs = self._post_many("chat/completions", bodies)
+
         def one(i: int) -> str:
-            out = self._post("chat/completions", bodies[i])
-            msg = self._first_choice(out, url).get("message") or {}
+            msg = self._first_choice(outs[i], url).get("message") or {}
             content = msg.get("content")
             if isinstance(content, list):  # some servers return content parts
                 content = "".join(c.get("text", "") for c in content if isinstance(c, dict))
             return self._strip_echoed_prefix(content or "", prompts[i].assistant_prefix or "")
 
-        return self._map(one, range(len(bodies)))
+        return [one(i) for i in range(len(bodies))]
 
     @staticmethod
     def _top_alternatives(choice: dict) -> list[tuple[str, float]] | None:
@@ -567,8 +627,10 @@ class OpenAIChatModel(MLLM):
             body["top_logprobs"] = self.top_logprobs
             bodies.append(body)
 
+        outs = self._post_many("chat/completions", bodies)
+
         def one(i: int) -> np.ndarray:
-            out = self._post("chat/completions", bodies[i])
+            out = outs[i]
             alts = self._top_alternatives(self._first_choice(out, url))
             if alts is None:
                 raise APIError(
@@ -588,7 +650,7 @@ class OpenAIChatModel(MLLM):
                     scores.append(_logsumexp(vals))
             return np.asarray(scores, dtype=float)
 
-        return self._map(one, range(len(bodies)))
+        return [one(i) for i in range(len(bodies))]
 
     @staticmethod
     def render_plain(prompt: Prompt) -> str:
@@ -628,9 +690,11 @@ class OpenAIChatModel(MLLM):
             body.update({"prompt": ctx + cont, "echo": True, "logprobs": 1, self.max_tokens_field: 1})
             jobs.append((len(ctx), len(ctx + cont), body))
 
+        outs = self._post_many("completions", [body for _, _, body in jobs])
+
         def one(i: int) -> LogLik:
-            ctx_len, full_len, body = jobs[i]
-            out = self._post("completions", body)
+            ctx_len, full_len, _ = jobs[i]
+            out = outs[i]
             lp = self._first_choice(out, url).get("logprobs") or {}
             toks, tlps, offs = lp.get("tokens"), lp.get("token_logprobs"), lp.get("text_offset")
             if not toks or tlps is None or offs is None:
@@ -646,4 +710,4 @@ class OpenAIChatModel(MLLM):
                     n += 1
             return LogLik(logprob=total, n_tokens=n)
 
-        return self._map(one, range(len(jobs)))
+        return [one(i) for i in range(len(jobs))]

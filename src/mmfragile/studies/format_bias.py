@@ -62,12 +62,13 @@ from ..metrics import mitigation as mit
 from ..models.base import MLLM
 from ..prompts.formats import PromptFormat, build_cloze_prompt, standard_format as prompt_standard_format
 from ..schema import DataError, MCQuestion
+from ..shards import Shard
 from ..store import ResultStore, find_stores
 
 __all__ = [
     "STUDY", "CP_LN_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "video_settings", "run_info",
     "open_store", "open_cp_ln_store",
-    "run_format_bias", "run_cp_ln", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
+    "run_format_bias", "FormatBiasTask", "run_cp_ln", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
     "standard_rows", "reference_formats", "StudyData", "load_study", "default_figures_dir", "figure_note_for", "per_format_table",
     "answer_confidence_bins", "fit_lmm_with_fallback", "most_common_option_count", "subset_option_count",
     "mitigation_inputs", "pseudo_gt_scores", "vanilla_scores", "pia_scores", "pride_scores", "cp_ln_scores",
@@ -138,25 +139,29 @@ def open_cp_ln_store(results_dir: str | Path, model: str, dataset: str, n: int |
 def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mode: str = "auto",
                     batch_size: int = 48, formats: Sequence[PromptFormat] | None = None,
                     include_standard: bool = True, progress: bool = True, n_frames: int | None = None,
-                    fps: float | None = None, video_bounds: bool = True,
-                    skip_bad_rows: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
+                    fps: float | None = None, video_bounds: bool = True, skip_bad_rows: bool = False,
+                    flush_every: int = 256, shard: Shard | str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run the format grid (Sec. 4.2: every question x format x circular shift, plus the standard format) into
     ``store``; returns the store's table and timing ``{n_questions, n_items, n_new, seconds, s_per_question,
     s_per_item}`` (per *newly evaluated* question / item; NaN if nothing was left to run). Video questions:
     see :func:`mmfragile.evaluate.format_bias_items`. ``skip_bad_rows``: questions that cannot be turned into
     items are left out instead of raising; they and the rows the load skipped (``questions.attrs``) are
-    recorded in the store's config.json (:func:`run_info`)."""
+    recorded in the store's config.json (:func:`run_info`). ``shard`` (``"i/n"``): only the questions of that
+    shard (:mod:`mmfragile.shards`)."""
     from ..evaluate import format_bias_items, run_items
 
+    shard = Shard.parse(shard)
+    questions = shard.questions(questions)
     skipped: list[dict] | None = [] if skip_bad_rows else None
     items = format_bias_items(model, questions, formats=formats, include_standard=include_standard,
                               n_frames=n_frames, fps=fps, video_bounds=video_bounds, skipped=skipped)
-    store.set_run_info(run_info(questions, skipped or []))
+    store.add_skipped_rows(run_info(questions, skipped or [])["skipped_rows"])
     before = len(store)
-    todo_q = {it.key["question_id"] for it in items if not store.is_done({"model": model.name, **it.key})}
+    pending = store.pending(pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns))
+    todo_q = {it.key["question_id"] for it, p in zip(items, pending) if p}
     t0 = time.perf_counter()
-    res = run_items(model, items, store, mode=mode, batch_size=batch_size, progress=progress,
-                    desc=f"{model.name} formats")
+    res = run_items(model, items, store, mode=mode, batch_size=batch_size, flush_every=flush_every,
+                    progress=progress, desc=f"{model.name} formats", shard=shard)
     dt = time.perf_counter() - t0
     n_new = len(store) - before
     timing = {"n_questions": len(questions), "n_items": len(items), "n_new": n_new,
@@ -164,6 +169,30 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mo
               "s_per_question": dt / len(todo_q) if todo_q else float("nan"),
               "s_per_item": dt / n_new if n_new else float("nan")}
     return res, timing
+
+
+@dataclass(frozen=True)
+class FormatBiasTask:
+    """:func:`run_format_bias` on one task's question records, for :func:`mmfragile.distributed.run_on_ray`
+    (picklable: format names, not objects)."""
+
+    formats: tuple[str, ...] | None = None
+    mode: str = "auto"
+    batch_size: int = 48
+    flush_every: int = 256
+    include_standard: bool = True
+    progress: bool = False
+    n_frames: int | None = None
+    fps: float | None = None
+    video_bounds: bool = True
+    skip_bad_rows: bool = False
+
+    def __call__(self, model: MLLM, units: list[dict], store: Any, shard: Shard) -> None:
+        fmts = [PromptFormat.from_name(f) for f in self.formats] if self.formats else None
+        run_format_bias(model, pd.DataFrame(units), store, mode=self.mode, batch_size=self.batch_size,
+                        formats=fmts, include_standard=self.include_standard, progress=self.progress,
+                        n_frames=self.n_frames, fps=self.fps, video_bounds=self.video_bounds,
+                        skip_bad_rows=self.skip_bad_rows, flush_every=self.flush_every, shard=shard)
 
 
 def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, batch_questions: int = 4,
@@ -209,7 +238,7 @@ def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, batch_qu
         if pending:
             n_q += 1
             todo += [(q, cz, k) for k in pending]
-    store.set_run_info(run_info(questions, skipped or []))
+    store.add_skipped_rows(run_info(questions, skipped or [])["skipped_rows"])
     bar = tqdm(total=n_q, desc=f"{model.name} CP-LN", disable=not progress, unit="q")
     by_q: dict[tuple[str, str], list] = {}
     for q, cz, k in todo:

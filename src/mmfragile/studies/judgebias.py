@@ -68,14 +68,16 @@ from ..perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_
                              save_perturbed)
 from ..prompts.judge import (SCORE_VARIANTS, ScoreParseError, pairwise_prompt, parse_pairwise, parse_score,
                              parse_score_or_na, score_prompt)
+from ..shards import Shard, question_group
 from ..store import ResultStore
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "DATASET", "SELFGEN_DATASET", "EXPERIMENTS",
     "applicable", "scene_description", "scene_captioner", "build_judge_conditions", "release_conditions",
     "judgment_seed", "main_rows",
-    "sampled_generate", "JudgeRunReport", "parse_prompt_variant", "run_judge",
+    "sampled_generate", "JudgeRunReport", "parse_prompt_variant", "run_judge", "sample_group", "JudgeTask",
     "PairItem", "position_pairs", "verbosity_pairs", "make_verbose", "alternative_response", "run_pairwise",
+    "PairwiseTask",
     "generate_responses", "reference_responses", "selfgen_samples", "open_stores", "store_config",
     "judgment_table", "position_table", "verbosity_table", "selfgen_table", "parse_failure_table",
 ]
@@ -332,6 +334,19 @@ def _can_take(judge: MLLM, n_images: int) -> bool:
     return n_images == 0 or bool(getattr(judge, "supports_images", True))
 
 
+def sample_group(sample: JudgeSample) -> str:
+    """The question group of every judgment of ``sample`` (all conditions and runs stay together)."""
+    return question_group(_dataset(sample), sample.sample_id)
+
+
+def _declare_pending(store: ResultStore, planned: list[tuple], shard: Shard) -> list[tuple]:
+    """Declare the keys (last element of each planned tuple) under the shard's label; the planned entries whose
+    key is not stored yet."""
+    keys = pd.DataFrame([p[-1] for p in planned], columns=store.key_columns)
+    store.declare(keys, shard.label)
+    return [p for p, todo in zip(planned, store.pending(keys)) if todo]
+
+
 def _flush(store: ResultStore, buffer: list[dict]) -> int:
     n = store.append(buffer)
     buffer.clear()
@@ -352,7 +367,7 @@ def run_judge(judge: MLLM, conditions: Sequence[tuple[str, JudgeSample]], store:
               variant: str = "original", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *,
               decoding: str = "sample", temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
               seed: int = 0, batch_size: int = 8, flush_every: int = 32, progress: bool = True,
-              stop_after: int | None = None) -> JudgeRunReport:
+              stop_after: int | None = None, shard: Shard | str | None = None) -> JudgeRunReport:
     """Score-wise judgment of every ``(condition, sample)`` for runs ``0 .. runs-1`` into ``store``.
 
     Store key: ``model = judge.name``, ``dataset`` (``sample.meta["dataset"]``), ``question_id =
@@ -362,21 +377,24 @@ def run_judge(judge: MLLM, conditions: Sequence[tuple[str, JudgeSample]], store:
     temperature, top_p, sample_seed, max_new_tokens``. ``status`` is ``ok`` / ``unparseable`` (score NaN,
     ``parse_error`` holds the reason) / ``na`` (abstained; only with an N/A prompt variant). See the module
     docstring for ``decoding`` and what a run is. ``stop_after`` ends after that many new rows (tests).
+    ``shard`` (``"i/n"``): only the samples of that shard (:mod:`mmfragile.shards`, grouped by sample); the keys
+    are declared in the store's manifest first.
     """
     _check_decoding(decoding, runs)
     base_variant, allow_na = parse_prompt_variant(variant)
     name = judge.name
     report = JudgeRunReport(judge=name, variant=variant)
-    todo: list[tuple[str, JudgeSample, int, dict]] = []
-    for cond, s in conditions:
+    shard = Shard.parse(shard)
+    planned: list[tuple[str, JudgeSample, int, dict]] = []
+    for cond, s in shard.select(conditions, JudgeTask.group_of):
         if not _can_take(judge, len(s.images)):
             report.skipped.append((cond, s.sample_id, "text-only judge; the input has an image"))
             continue
         for r in range(int(runs)):
             key = {"model": name, "dataset": _dataset(s), "question_id": s.sample_id,
                    "variant": f"{cond}|run{r}|{variant}"}
-            if not store.is_done(key):
-                todo.append((cond, s, r, key))
+            planned.append((cond, s, r, key))
+    todo = _declare_pending(store, planned, shard)
     report.n_skipped = len(report.skipped)
     if report.skipped:
         warnings.warn(f"run_judge: {name} cannot read images; {report.n_skipped} condition(s) with images skipped (all runs)")
@@ -526,19 +544,21 @@ def _choice_row(raw: str) -> dict[str, Any]:
 def run_pairwise(judge: MLLM, pairs: Sequence[PairItem], store: ResultStore, runs: int = 1,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *, decoding: str = "sample",
                  temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P, seed: int = 0,
-                 batch_size: int = 8, flush_every: int = 32, progress: bool = True) -> JudgeRunReport:
+                 batch_size: int = 8, flush_every: int = 32, progress: bool = True,
+                 shard: Shard | str | None = None) -> JudgeRunReport:
     """Pairwise judgments of ``pairs`` for runs ``0 .. runs-1`` into ``store``.
 
     Key: ``model, dataset, question_id = sample_id, variant = f"{experiment}|{order}|run{r}"``. Columns:
     ``judge, sample_id, experiment, order, run, swapped, verbose_position, response_a, response_b,
     raw_output, choice`` (``"A"``/``"B"``, None when unparseable), ``status``, ``parse_error`` and the
-    decoding columns of :func:`run_judge`.
+    decoding columns of :func:`run_judge`. ``shard``: as for :func:`run_judge`.
     """
     _check_decoding(decoding, runs)
     name = judge.name
     report = JudgeRunReport(judge=name, variant="pairwise")
-    todo = []
-    for it in pairs:
+    shard = Shard.parse(shard)
+    planned = []
+    for it in shard.select(pairs, PairwiseTask.group_of):
         if it.experiment not in EXPERIMENTS:
             raise ValueError(f"unknown pairwise experiment {it.experiment!r}; choose from {EXPERIMENTS}")
         if not _can_take(judge, len(it.images)):
@@ -547,8 +567,8 @@ def run_pairwise(judge: MLLM, pairs: Sequence[PairItem], store: ResultStore, run
         for r in range(int(runs)):
             key = {"model": name, "dataset": it.dataset, "question_id": it.sample_id,
                    "variant": f"{it.experiment}|{it.order}|run{r}"}
-            if not store.is_done(key):
-                todo.append((it, r, key))
+            planned.append((it, r, key))
+    todo = _declare_pending(store, planned, shard)
     report.n_skipped = len(report.skipped)
     buffer: list[dict] = []
     bar = tqdm(total=len(todo), desc=f"{name} [pairwise]", disable=not progress, unit="judgment")
@@ -579,6 +599,59 @@ def run_pairwise(judge: MLLM, pairs: Sequence[PairItem], store: ResultStore, run
         report.n_ok = int((rows["status"] == "ok").sum())
         report.n_unparseable = int((rows["status"] == "unparseable").sum())
     return report
+
+
+@dataclass(frozen=True)
+class JudgeTask:
+    """:func:`run_judge` on a batch of ``(condition, sample)`` units, for ``--shard`` runs and
+    :func:`mmfragile.distributed.run_on_ray` (units grouped by sample)."""
+
+    runs: int = 1
+    variant: str = "original"
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    decoding: str = "sample"
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
+    seed: int = 0
+    batch_size: int = 8
+    flush_every: int = 32
+    progress: bool = False
+
+    @staticmethod
+    def group_of(unit: tuple[str, JudgeSample]) -> str:
+        return sample_group(unit[1])
+
+    def __call__(self, judge: MLLM, units: list, store: Any, shard: Any) -> JudgeRunReport:
+        return run_judge(judge, units, store, runs=self.runs, variant=self.variant, max_new_tokens=self.max_new_tokens,
+                         decoding=self.decoding, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+                         batch_size=self.batch_size, flush_every=self.flush_every, progress=self.progress,
+                         shard=shard)
+
+
+@dataclass(frozen=True)
+class PairwiseTask:
+    """:func:`run_pairwise` on a batch of :class:`PairItem` s, for ``--shard`` runs and
+    :func:`mmfragile.distributed.run_on_ray` (units grouped by sample)."""
+
+    runs: int = 1
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    decoding: str = "sample"
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
+    seed: int = 0
+    batch_size: int = 8
+    flush_every: int = 32
+    progress: bool = False
+
+    @staticmethod
+    def group_of(unit: PairItem) -> str:
+        return question_group(unit.dataset, unit.sample_id)
+
+    def __call__(self, judge: MLLM, units: list, store: Any, shard: Any) -> JudgeRunReport:
+        return run_pairwise(judge, units, store, runs=self.runs, max_new_tokens=self.max_new_tokens,
+                            decoding=self.decoding, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+                            batch_size=self.batch_size, flush_every=self.flush_every, progress=self.progress,
+                            shard=shard)
 
 
 # ---------------------------------------------------------------------------------------------- self-enhancement

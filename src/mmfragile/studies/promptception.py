@@ -43,7 +43,8 @@ from ..schema import DataError, MCQuestion, bad_row, options_in_image, row_where
 from ..store import find_stores
 
 __all__ = [
-    "DEFAULT_MAX_NEW_TOKENS", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn", "frame_indices",
+    "DEFAULT_MAX_NEW_TOKENS", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn",
+    "PromptceptionTask", "frame_indices",
     "sample_frames", "select_questions", "store_dir", "run_config", "load_results", "accuracy_frame",
     "load_accuracy", "split_zero_baselines", "figure_note_for", "summarize_run",
 ]
@@ -64,11 +65,12 @@ class PromptceptionItem(EvalItem):
     options: list[str] = field(default_factory=list)
 
 
-def resolve_model_kind(model: MLLM, model_kind: str = "auto") -> str:
+def resolve_model_kind(model: MLLM | str, model_kind: str = "auto") -> str:
     """The prompt variant of Appendix A: ``model_kind`` "open" / "proprietary" as given; "auto" gives
-    "proprietary" for OpenAI-compatible API models and "open" for everything else."""
+    "proprietary" for OpenAI-compatible API models (or ``openai:`` model specs) and "open" for everything else."""
     if model_kind == "auto":  # API models get the proprietary variant (Appendix A), local ones the open one
-        return "proprietary" if type(model).__name__ == "OpenAIChatModel" else "open"
+        api = model.startswith("openai:") if isinstance(model, str) else type(model).__name__ == "OpenAIChatModel"
+        return "proprietary" if api else "open"
     return model_kind
 
 
@@ -191,6 +193,54 @@ def make_score_fn(extractor_model: MLLM | None = None, exclude_refusals: bool = 
                 "extractor_output": res.model_output}
 
     return score
+
+
+_EXTRACTORS: dict[str, MLLM] = {}
+
+
+def _extractor_model(spec: str | None, model: MLLM) -> MLLM | None:
+    """The stage-2 matcher ``spec`` (the evaluated model itself if it has that name), loaded once per process."""
+    if not spec:
+        return None
+    if spec == model.name:
+        return model
+    if spec not in _EXTRACTORS:
+        from ..api import load_model
+
+        _EXTRACTORS[spec] = load_model(spec)
+    return _EXTRACTORS[spec]
+
+
+@dataclass(frozen=True)
+class PromptceptionTask:
+    """Every question of a batch x prompt type through :func:`mmfragile.evaluate.run_items` with the two-stage
+    scoring of :func:`make_score_fn` - the notebook's run as one picklable call, for ``--shard`` runs and
+    :func:`mmfragile.distributed.run_on_ray` (``extractor`` is a model spec, loaded once per worker)."""
+
+    prompt_ids: tuple[str, ...] | None = None
+    model_kind: str = "auto"
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    n_frames: int | None = None
+    fps: float | None = None
+    extractor: str | None = None
+    exclude_refusals: bool = False
+    match_text: bool = False
+    batch_size: int = 16
+    flush_every: int = 256
+    progress: bool = False
+
+    def __call__(self, model: MLLM, units: list[dict], store: Any, shard: Any) -> None:
+        from ..evaluate import run_items
+        from ..shards import Shard
+
+        shard = Shard.parse(shard)
+        questions = shard.questions(pd.DataFrame(units))
+        items = promptception_items(model, questions, self.prompt_ids, model_kind=self.model_kind,
+                                    max_new_tokens=self.max_new_tokens, n_frames=self.n_frames, fps=self.fps)
+        score = make_score_fn(_extractor_model(self.extractor, model), exclude_refusals=self.exclude_refusals,
+                              match_text=self.match_text)
+        run_items(model, items, store, score, batch_size=self.batch_size, flush_every=self.flush_every,
+                  progress=self.progress, shard=shard)
 
 
 # ---------------------------------------------------------------------------------------------- runs
