@@ -185,7 +185,8 @@ def test_remote_code_checkpoints_need_trust_remote_code_and_run_through_the_gene
     remote = load_model(str(path), trust_remote_code=True)
     assert type(remote.model).__name__ == "TinyRemoteForCausalLM"
     assert "remote code" in engine_refusal(remote)
-    ps = mixed_prompts(builtin)
+    # prompts without "<image k>" references: the generic adapter interleaves them, llava's template does not
+    ps = [p for p in mixed_prompts(builtin) if "<image" not in p.text]
     assert remote.generate(ps, max_new_tokens=3) == builtin.generate(ps, max_new_tokens=3)
     np.testing.assert_allclose(np.stack(remote.option_logits(ps, [["A", "B"]] * 2)),
                                np.stack(builtin.option_logits(ps, [["A", "B"]] * 2)), atol=1e-5)
