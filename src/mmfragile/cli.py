@@ -3,7 +3,8 @@
 Commands
   reproduce   run notebooks/pipeline.yaml: every notebook over its grid -> figures/ and papermill_runs/
   grid        run one notebook over a parameter grid (-p key v1,v2 ...)
-  formats     run the format-bias grid (48 formats x circular shifts) for a model and dataset into a store
+  formats     run the format-bias grid (48 formats x circular shifts) for a model and dataset into a store;
+              --budget 0.05 [--adaptive] runs 5 % of it and estimates the whole grid (mmfragile.budget)
   prepare     build/convert the embedded default models and data once (offline)
 """
 from __future__ import annotations
@@ -47,6 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--batch-size", type=int, default=32)
     f.add_argument("--flush-every", type=int, default=256, help="rows per Parquet part (smaller = less lost on a kill)")
     f.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 + standard)")
+    f.add_argument("--budget", type=float, default=None,
+                   help="run only this share of the grid (e.g. 0.05; a number > 1 = cells) and estimate the rest "
+                        "(mmfragile.budget); same store as a full run, budgets nest")
+    f.add_argument("--adaptive", action="store_true",
+                   help="with --budget: half the budget stratified, the rest in batches where they shrink the "
+                        "uncertainty most")
+    f.add_argument("--seed", type=int, default=0, help="seed of the budgeted design")
+    f.add_argument("--batch", type=int, default=None, help="cells per adaptive batch (default: a tenth of the rest)")
     f.add_argument("--quiet", action="store_true")
 
     sub.add_parser("prepare", help="build the embedded models and data (no network)")
@@ -73,6 +82,18 @@ def main(argv: list[str] | None = None) -> int:
         from .prompts.formats import PromptFormat
 
         fmts = [PromptFormat.from_name(n) for n in a.formats.split(",")] if a.formats else None
+        if a.budget is not None:
+            from .budget import attach_outcomes, item_cells, run_budgeted
+            from .metrics.budget import FORMAT_BIAS, estimate
+
+            items = format_bias_items(model, qs, formats=fmts, include_standard=False)
+            run_budgeted(model, items, store, FORMAT_BIAS, a.budget if a.budget < 1 else int(a.budget), seed=a.seed,
+                         adaptive=a.adaptive, batch=a.batch, mode=a.mode, batch_size=a.batch_size,
+                         flush_every=a.flush_every, progress=not a.quiet)
+            est = estimate(attach_outcomes(item_cells(items, FORMAT_BIAS), store, model.name), FORMAT_BIAS)
+            print(est.budget.to_string(index=False))
+            print(est.summary.drop(columns=["dataset"]).round(2).to_string(index=False))
+            return 0
         items = format_bias_items(model, qs, formats=fmts)
         res = run_items(model, items, store, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every,
                         progress=not a.quiet)

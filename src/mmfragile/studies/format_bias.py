@@ -120,18 +120,32 @@ def open_cp_ln_store(results_dir: str | Path, model: str, dataset: str, n: int |
 # ================================================================================================ running
 def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mode: str = "auto",
                     batch_size: int = 48, formats: Sequence[PromptFormat] | None = None,
-                    include_standard: bool = True, progress: bool = True) -> tuple[pd.DataFrame, dict[str, Any]]:
+                    include_standard: bool = True, progress: bool = True, budget: float | int | None = None,
+                    budget_seed: int = 0, adaptive: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run the format grid (Sec. 4.2: every question x format x circular shift, plus the standard format) into
     ``store``; returns the store's table and timing ``{n_questions, n_items, n_new, seconds, s_per_question,
-    s_per_item}`` (per *newly evaluated* question / item; NaN if nothing was left to run)."""
+    s_per_item}`` (per *newly evaluated* question / item; NaN if nothing was left to run).
+
+    ``budget`` (a share of the grid such as 0.05, or a cell count): run only a seeded stratified subset of the
+    48-format grid - or, with ``adaptive``, half of it stratified and the rest where it shrinks the uncertainty
+    most - through :func:`mmfragile.budget.run_budgeted` into the same store (no standard-format rows);
+    estimate the full grid with :func:`mmfragile.budget.estimate_store`."""
     from ..evaluate import format_bias_items, run_items
 
-    items = format_bias_items(model, questions, formats=formats, include_standard=include_standard)
+    items = format_bias_items(model, questions, formats=formats,
+                              include_standard=include_standard and budget is None)
     before = len(store)
     todo_q = {it.key["question_id"] for it in items if not store.is_done({"model": model.name, **it.key})}
     t0 = time.perf_counter()
-    res = run_items(model, items, store, mode=mode, batch_size=batch_size, progress=progress,
-                    desc=f"{model.name} formats")
+    if budget is not None:
+        from ..budget import run_budgeted
+        from ..metrics.budget import FORMAT_BIAS
+
+        res = run_budgeted(model, items, store, FORMAT_BIAS, budget, seed=budget_seed, adaptive=adaptive, mode=mode,
+                           batch_size=batch_size, progress=progress)
+    else:
+        res = run_items(model, items, store, mode=mode, batch_size=batch_size, progress=progress,
+                        desc=f"{model.name} formats")
     dt = time.perf_counter() - t0
     n_new = len(store) - before
     timing = {"n_questions": len(questions), "n_items": len(items), "n_new": n_new,
