@@ -16,11 +16,20 @@ Method - PromptEval (Maia Polo et al., "Efficient multi-prompt evaluation of LLM
   fitted probability; a variant's accuracy is the mean over its cells, the distribution over variants gives
   the mean, the quantiles (5/25/50/75/95 %, ``numpy.percentile``'s linear rule, as PromptEval), the best and
   worst variant and, across models, the ranking per variant.
+* **Prior scales** (not in PromptEval, which fixes one L2 penalty): learnt per model by empirical Bayes
+  (:func:`fit_irt`), so a model whose formats barely differ gets its format effects shrunk to nothing and a
+  model with a broken option-ID set keeps it. The MAP itself equals scikit-learn's L2 logistic regression on
+  prior-scaled columns (tested); it is computed by Newton steps on the block structure for speed.
+* **Coverage hurdle** (not in PromptEval): where cells carry ``covered`` (the output was a valid option ID /
+  an answer letter was extracted), ``P(correct) = P(covered) x P(correct | covered)``, two fits - an
+  uncovered output reveals a broken format at every answer position (:func:`estimate`).
 * **Uncertainty** (not in PromptEval): Laplace approximation at the MAP (Gaussian with the inverse Hessian
   of the penalised log-likelihood; the question block is block-diagonal and handled by a Schur complement),
   then posterior-predictive draws: coefficients from the Laplace Gaussian, unobserved cells drawn as
   Bernoulli(p) - the targets are the accuracies of the *finite* grid, so the Bernoulli noise of the cells
-  nobody ran is part of the error. Intervals are equal-tailed quantiles of the draws.
+  nobody ran is part of the error. Intervals are the draws' equal-tailed spread centred on the plug-in
+  (:func:`_centred_interval`); they ignore the uncertainty of the learnt prior scales and under-cover for
+  the extreme quantiles / best / worst (coverage measured in notebooks 35 / 42).
 * **Designs.** :func:`stratified_order`: a seeded sequence of cells balanced over variants, questions and
   shifts (PromptEval's ``StratSample`` balances variants and examples); every prefix is a design, so a larger
   budget extends a smaller one. :func:`adaptive_batch`: the next cells where they shrink the summed posterior
@@ -472,10 +481,15 @@ def _groups(cells: pd.DataFrame) -> list[str]:
 
 
 def estimate(cells: pd.DataFrame, spec: GridSpec, level: float = 0.9, n_draws: int = 400, seed: int = 0,
-             prior: str = "empirical", max_draw_cells: int = 4_000_000) -> BudgetEstimate:
+             prior: str = "empirical", coverage: bool | None = None, max_draw_cells: int = 4_000_000) -> BudgetEstimate:
     """Estimate every group's (dataset x model) per-unit accuracies and their distribution from the observed
     cells of ``cells`` (see the module docstring); ``level``: interval coverage; ``n_draws``: posterior draws
-    (0 = point estimates only). Draws are made in chunks of at most ``max_draw_cells`` cell x draw values."""
+    (0 = point estimates only). Draws are made in chunks of at most ``max_draw_cells`` cell x draw values.
+
+    ``coverage`` (default: whenever the cells carry a ``covered`` column): a hurdle model,
+    ``P(correct) = P(covered) x P(correct | covered)``, one fit each. A format the model cannot answer in (an
+    output that is no option ID, Sec. 5.1 / Eq. 6) shows as *uncovered* in every observed cell, whatever the
+    answer's position, while a wrong answer says less; the fits share the spec's terms."""
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     _check(cells, spec, "estimate")
@@ -490,8 +504,8 @@ def estimate(cells: pd.DataFrame, spec: GridSpec, level: float = 0.9, n_draws: i
         gd = dict(zip(gcols, key))
         obs = g["correct"].notna().to_numpy()
         yobs = pd.to_numeric(g["correct"], errors="coerce").to_numpy()
-        fit = fit_irt(g, spec, prior=prior)
-        plug = np.where(obs, yobs, fit.p)
+        pred = _Predictor(g, spec, prior, coverage)
+        plug = np.where(obs, yobs, pred.p)
         units, acc = unit_accuracy(g, spec, plug)
         codes, _ = pd.factorize(g[spec.unit].astype(str), sort=True)
         n_u = np.bincount(codes, minlength=len(units))
@@ -502,7 +516,7 @@ def estimate(cells: pd.DataFrame, spec: GridSpec, level: float = 0.9, n_draws: i
         naive_stats = summarize_units(naive[~np.isnan(naive)]) if (n_o > 0).any() else np.full(len(STATISTICS), np.nan)
         budget_rows.append({**gd, "n_cells": len(g), "n_observed": int(obs.sum()), "fraction": obs.mean()})
         if n_draws > 0:
-            sims = _posterior_accuracy(fit, g, spec, plug, obs, n_draws, seed, max_draw_cells)
+            sims = _posterior_accuracy(pred, g, spec, plug, obs, n_draws, seed, max_draw_cells)
             lo_u, hi_u = _centred_interval(acc, sims, alpha)
             best = np.bincount(sims.argmax(axis=0), minlength=len(units)) / n_draws
             worst = np.bincount(sims.argmin(axis=0), minlength=len(units)) / n_draws
@@ -539,11 +553,48 @@ def _centred_interval(point: np.ndarray, draws: np.ndarray, alpha: float) -> tup
     return point + lo, point + hi
 
 
-def _posterior_accuracy(fit: IRTFit, g: pd.DataFrame, spec: GridSpec, plug: np.ndarray, obs: np.ndarray,
+class _Predictor:
+    """P(correct) of every cell of one group: one fit, or the coverage hurdle (see :func:`estimate`)."""
+
+    def __init__(self, g: pd.DataFrame, spec: GridSpec, prior: str, coverage: bool | None):
+        obs = g["correct"].notna()
+        has_cov = "covered" in g.columns and g.loc[obs, "covered"].notna().all() and obs.any()
+        if coverage and not has_cov:
+            raise DataError("estimate(coverage=True): the observed cells need a 'covered' column (0/1)")
+        self.hurdle = bool(has_cov if coverage is None else coverage)
+        if not self.hurdle:
+            self.fits = [fit_irt(g, spec, prior=prior)]
+            return
+        cov = pd.to_numeric(g["covered"], errors="coerce").where(obs)
+        cor = pd.to_numeric(g["correct"], errors="coerce")
+        bad = obs & (cor == 1) & (cov != 1)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DataError(f"estimate: row {i} is correct but not covered (a correct answer is a valid option ID)")
+        fits = [fit_irt(g.assign(correct=cov), spec, prior=prior)]
+        given = g.assign(correct=cor.where(cov == 1))
+        if given["correct"].notna().any():  # else nothing was ever covered: P(correct) = P(covered) x 0
+            fits.append(fit_irt(given, spec, prior=prior))
+        self.fits = fits
+
+    @property
+    def p(self) -> np.ndarray:
+        if not self.hurdle:
+            return self.fits[0].p
+        return self.fits[0].p * (self.fits[1].p if len(self.fits) > 1 else 0.0)
+
+    def draw_p(self, coefs: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
+        p = _sigmoid(self.fits[0].eta_of(coefs[0], rows))
+        if self.hurdle:
+            p = p * (_sigmoid(self.fits[1].eta_of(coefs[1], rows)) if len(self.fits) > 1 else 0.0)
+        return p
+
+
+def _posterior_accuracy(pred: _Predictor, g: pd.DataFrame, spec: GridSpec, plug: np.ndarray, obs: np.ndarray,
                         n_draws: int, seed: int, max_draw_cells: int) -> np.ndarray:
     """Posterior-predictive per-unit accuracies (units x draws): coefficient draws, then Bernoulli cells."""
     rng = np.random.default_rng(seed)
-    coefs = fit.draw_coefs(n_draws, rng)
+    coefs = [f.draw_coefs(n_draws, rng) for f in pred.fits]
     un = np.flatnonzero(~obs)
     codes, units = pd.factorize(g[spec.unit].astype(str), sort=True)
     n_u = np.bincount(codes, minlength=len(units)).astype(float)
@@ -552,7 +603,7 @@ def _posterior_accuracy(fit: IRTFit, g: pd.DataFrame, spec: GridSpec, plug: np.n
     step = max(1, max_draw_cells // max(n_draws, 1))
     for s in range(0, len(un), step):
         rows = un[s:s + step]
-        p = 1.0 / (1.0 + np.exp(-np.clip(fit.eta_of(coefs, rows), -35, 35)))
+        p = pred.draw_p(coefs, rows)
         ysim = (rng.random(p.shape) < p).astype(float)
         M = sp.csr_matrix((np.ones(len(rows)), (codes[rows], np.arange(len(rows)))), shape=(len(units), len(rows)))
         tot += np.asarray(M @ ysim)
@@ -615,31 +666,35 @@ def stratified_order(cells: pd.DataFrame, spec: GridSpec, n: int, seed: int = 0,
     bcodes = (pd.factorize(cells[bal].astype(str).agg("|".join, axis=1), sort=True)[0] if bal
               else np.zeros(len(cells), int))
     U, Q, B = len(units), len(questions), int(bcodes.max()) + 1
-    # cells of each (unit, question), in a random order
+    # cells of each (unit, question), in a random order: cells[order[start[g]:start[g] + size[g]]], g = u * Q + q
     perm = rng.permutation(len(cells))
-    pool: dict[tuple[int, int], list[int]] = {}
-    for i in perm:
-        pool.setdefault((int(ucodes[i]), int(qcodes[i])), []).append(int(i))
-    left = np.zeros((U, Q), int)
-    for (u, q), lst in pool.items():
-        left[u, q] = len(lst)
+    key = ucodes[perm].astype(np.int64) * Q + qcodes[perm]
+    order = perm[np.argsort(key, kind="stable")]
+    size = np.bincount(key, minlength=U * Q)
+    start = np.r_[0, np.cumsum(size)[:-1]]
+    used = np.zeros(len(cells), bool)
+    left = size.reshape(U, Q).copy()
+    left_u = left.sum(axis=1)
     u_cnt = np.zeros(U)
     q_cnt = np.zeros(Q)
     qb_cnt = np.zeros((Q, B))
     u_key = rng.random(U)
     out = []
     while len(out) < n:
-        avail_u = left.sum(axis=1) > 0
-        cand = np.flatnonzero(avail_u & (u_cnt == u_cnt[avail_u].min()))
+        avail = left_u > 0
+        cand = np.flatnonzero(avail & (u_cnt == u_cnt[avail].min()))
         u = int(cand[np.argmin(u_key[cand])])
         u_key[u] = rng.random()
         qs = np.flatnonzero(left[u] > 0)
         qmin = qs[q_cnt[qs] == q_cnt[qs].min()]
-        q = int(rng.choice(qmin))
-        lst = pool[(u, q)]
-        j = min(range(len(lst)), key=lambda k: (qb_cnt[q, bcodes[lst[k]]], k))
-        i = lst.pop(j)
+        q = int(qmin[rng.integers(len(qmin))])
+        g = u * Q + q
+        free = [k for k in range(start[g], start[g] + size[g]) if not used[k]]
+        k = min(free, key=lambda k: (qb_cnt[q, bcodes[order[k]]], k))
+        used[k] = True
+        i = int(order[k])
         left[u, q] -= 1
+        left_u[u] -= 1
         u_cnt[u] += 1
         q_cnt[q] += 1
         qb_cnt[q, bcodes[i]] += 1

@@ -19,7 +19,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -28,10 +28,10 @@ from scipy import stats as sps
 
 from mmfragile.schema import DataError
 
-from .budget import (STATISTICS, GridSpec, Term, adaptive_batch, budget_size, estimate, stratified_order,
-                     summarize_units, unit_accuracy)
+from .budget import (FORMAT_BIAS, PROMPTCEPTION, STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
+                     stratified_order, summarize_units, unit_accuracy)
 
-__all__ = ["truth", "hide", "design_mask", "error_curves", "summarize_curves", "simulate_format_grid",
+__all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth", "hide", "design_mask", "error_curves", "summarize_curves", "simulate_format_grid",
            "simulate_promptception_grid", "FORMAT_ITEMS", "PROMPTCEPTION_ITEMS", "simulation_spec",
            "PROMPTEVAL_REPORTED"]
 
@@ -53,6 +53,65 @@ PROMPTEVAL_REPORTED = pd.DataFrame([
                   "PromptEval variants beat the per-template average ('avg') at every budget (Fig. 3; "
                   "code: prompteval/dist_evaluation.py, rounds_eval = [200, 400, 800, 1600])"},
 ])
+
+
+#: The committed complete grid of an embedded model (resources/budget/): see :func:`load_embedded_grid`.
+EMBEDDED_GRID = "format_bias_smollm2-vlm_easy-vqa.parquet"
+
+
+def load_embedded_grid(name: str = EMBEDDED_GRID) -> pd.DataFrame:
+    """A committed complete format-bias grid as a cell frame (``model, dataset, question_id, question, variant,
+    format, option_id_set, delimiter, separator, shift, n_options, answer_position, correct, covered``).
+
+    The default is SmolLM2-135M + a random vision tower (``smollm2-vlm``) on easy-VQA questions, every one of
+    the 48 formats x every circular shift, made by ``python -m mmfragile formats --model smollm2-vlm --dataset
+    easy-vqa --n 40`` through the engine (see ``resources/budget/README.md``); only the columns the estimator
+    needs are kept."""
+    from importlib import resources
+
+    path = resources.files("mmfragile") / "resources" / "budget" / name
+    with resources.as_file(path) as p:
+        df = pd.read_parquet(p)
+    df = df.astype({c: str for c in ("model", "dataset", "question_id", "format")})
+    parts = df["format"].str.split("-", expand=True)
+    return df.assign(option_id_set=parts[0], delimiter=parts[1], separator=parts[2],
+                     variant=df["format"] + "|s" + df["shift"].astype(str),
+                     question=df["dataset"] + "/" + df["question_id"], correct=df["correct"].astype(float))
+
+
+def complete_grid(source: str, study: str = "format-bias", datasets: Sequence[str] | None = None,
+                  max_items: int | None = None, seed: int = 0, **sim_kw) -> tuple[pd.DataFrame, GridSpec, str]:
+    """A complete grid to validate on, its spec and a note on what it is:
+
+    * ``"embedded"`` - :func:`load_embedded_grid` (format bias only);
+    * ``"published"`` - :func:`simulate_format_grid` / :func:`simulate_promptception_grid` (see the module
+      docstring for what is simulated), with :func:`simulation_spec`;
+    * a results folder - every study store under it (:func:`mmfragile.budget.format_bias_cells` /
+      ``promptception_cells``), keeping the (model, question) grids that are complete."""
+    if study not in (FORMAT_BIAS.name, PROMPTCEPTION.name):
+        raise ValueError(f"study must be {FORMAT_BIAS.name!r} or {PROMPTCEPTION.name!r}, not {study!r}")
+    fb = study == FORMAT_BIAS.name
+    if source == "embedded":
+        if not fb:
+            raise DataError("no committed embedded Promptception grid: pass 'published' or a results folder")
+        return load_embedded_grid(), FORMAT_BIAS, "embedded smollm2-vlm (random vision tower) on easy-VQA"
+    if source == "published":
+        sim = (simulate_format_grid(datasets=datasets, max_items=max_items, seed=seed, **sim_kw) if fb else
+               simulate_promptception_grid(benchmarks=datasets, max_items=max_items, seed=seed, **sim_kw))
+        spec = simulation_spec(FORMAT_BIAS if fb else PROMPTCEPTION)
+        return sim, spec, "simulated per-question outcomes matching the published per-variant accuracies"
+    from .. import budget as B
+    from ..store import find_stores
+
+    stores = find_stores(source, study, default_study=study)
+    if not stores:
+        raise DataError(f"{source}: no {study!r} result stores under this folder")
+    rows = pd.concat([st.read() for st in stores], ignore_index=True)
+    cells = B.format_bias_cells(rows) if fb else B.promptception_cells(rows)
+    full = cells.groupby(["model", "question"])["correct"].transform(lambda c: c.notna().all())
+    if not full.any():
+        raise DataError(f"{source}: no (model, question) has its complete grid; run the full grid first")
+    return cells[full].reset_index(drop=True), FORMAT_BIAS if fb else PROMPTCEPTION, f"complete grids in {source}"
 
 
 def simulation_spec(spec: GridSpec) -> GridSpec:
@@ -216,7 +275,8 @@ def summarize_curves(curves: dict[str, pd.DataFrame], by: Sequence[str] = ("budg
         res = res.join(b)
     if len(curves.get("ranking", [])):
         res = res.join(curves["ranking"].groupby([*by, "method"])["kendall_tau"].mean())
-    cells = curves["cells"].groupby(by).agg(n_observed=("n_observed", "mean"), fraction=("fraction", "mean"))
+    cells = curves["cells"].groupby(by).agg(n_observed=("n_observed", "mean"), n_cells=("n_cells", "mean"),
+                                            fraction=("fraction", "mean"))
     return res.reset_index().merge(cells.reset_index(), on=by)
 
 
@@ -305,3 +365,49 @@ def simulate_promptception_grid(published: pd.DataFrame | None = None, benchmark
             sim["dataset"] = sim["dataset"] + " (100-video subset)"
         parts.append(sim)
     return pd.concat(parts, ignore_index=True)
+
+
+# ================================================================================================ report
+@dataclass
+class ValidationReport:
+    """What notebooks 35 / 42 show: ``detail`` (one budgeted :class:`~mmfragile.metrics.budget.BudgetEstimate`),
+    ``detail_table`` (its statistics next to the full grid's), ``truth_units``, ``curves`` (:func:`error_curves`),
+    ``summary`` (:func:`summarize_curves` by budget), ``at_detail`` (the errors at the detail budget: mean and max
+    absolute error per statistic over grids and seeds), ``seconds`` (estimate of the detail design, and the curves)."""
+
+    detail: object
+    detail_table: pd.DataFrame
+    truth_units: pd.DataFrame
+    curves: dict
+    summary: pd.DataFrame
+    at_detail: pd.DataFrame
+    seconds: dict
+
+
+def validation_report(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[float], n_seeds: int = 3,
+                      design: str = "stratified", n_draws: int = 200, detail_budget: float = 0.05,
+                      level: float = 0.9) -> ValidationReport:
+    """Estimate one ``detail_budget`` design (seed 0) and the error curves over ``budgets`` x ``n_seeds``."""
+    import time
+
+    tu, ts = truth(cells, spec)
+    parts = []
+    for _, g in cells.groupby(_group_cols(cells), sort=True):
+        g = g.reset_index(drop=True)
+        parts.append(hide(g, design_mask(g, spec, detail_budget, 0, design)))
+    t0 = time.perf_counter()
+    est = estimate(pd.concat(parts, ignore_index=True), spec, level=level, n_draws=n_draws, seed=0)
+    t_est = time.perf_counter() - t0
+    gcols = _group_cols(cells)
+    table = est.summary.merge(ts.rename(columns={"unit": "true_unit"}), on=[*gcols, "statistic"])
+    table["error"] = table["estimate"] - table["truth"]
+    t0 = time.perf_counter()
+    curves = error_curves(cells, spec, budgets, seeds=range(n_seeds), design=design, level=level, n_draws=n_draws)
+    t_cur = time.perf_counter() - t0
+    summary = summarize_curves(curves)
+    summary.attrs["level"] = level
+    st = curves["stats"]
+    at = st[np.isclose(st["budget"].astype(float), detail_budget)]
+    at_detail = at.groupby(["method", "statistic"])["abs_error"].agg(["mean", "max"]).reset_index()
+    return ValidationReport(est, table, tu, curves, summary, at_detail,
+                            {"detail_estimate": t_est, "curves": t_cur})
