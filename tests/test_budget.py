@@ -52,6 +52,24 @@ def test_map_equals_scikit_learn_logistic_regression():
     assert np.abs(fit.coef - ref).max() < 1e-4
 
 
+def test_laplace_blocks_equal_the_dense_inverse_hessian():
+    """The Schur-complement solves, variances and draws equal the plain dense algebra on [1 | X]^T W [1 | X] + P."""
+    g = _grid(5)
+    mask = np.zeros(len(g), bool)
+    mask[bd.stratified_order(g, bd.FORMAT_BIAS, 300, seed=0)] = True
+    fit = bd.fit_irt(bv.hide(g, mask), bd.FORMAT_BIAS)
+    X = np.hstack([np.ones((mask.sum(), 1)), fit.design.X[mask].toarray()])
+    p = fit.p[mask]
+    p0 = 1 / (1 + np.exp(-fit.coef[0]))
+    sd = np.array([fit.sd[t.name] for t in fit.design.terms])[fit.design.term_of]
+    H = X.T @ (X * (p * (1 - p))[:, None]) + np.diag(np.r_[p0 * (1 - p0), 1 / sd ** 2])  # 2 x 0.5 pseudo-obs
+    cov = np.linalg.inv(H)
+    np.testing.assert_allclose(fit.hessian.dense_inverse(), cov, atol=1e-8)
+    np.testing.assert_allclose(fit.hessian.posterior_diag(), np.diag(cov), atol=1e-8)
+    draws = fit.hessian.draw(20000, np.random.default_rng(0))
+    np.testing.assert_allclose(np.cov(draws[:, :6].T), cov[:6, :6], atol=0.05 * np.abs(cov[:6, :6]).max())
+
+
 def test_complete_grid_estimates_are_the_grid_itself():
     g = _grid(6)
     est = bd.estimate(g, bd.FORMAT_BIAS, n_draws=50)

@@ -216,13 +216,14 @@ def _collect(est, tu, ts, gcols, spec, tag, out) -> None:
     st = pd.concat([irt, avg], ignore_index=True)
     st["error"] = st["estimate"] - st["truth"]
     st["abs_error"] = st["error"].abs()
-    st["covered"] = np.where(st["method"] == "irt", (st["lo"] <= st["truth"]) & (st["truth"] <= st["hi"]), np.nan)
+    inside = (st["lo"] <= st["truth"]) & (st["truth"] <= st["hi"])
+    st["covered"] = np.where((st["method"] == "irt") & st["lo"].notna(), inside, np.nan)
     out["stats"].append(st[[*gcols, "budget", "seed", "design", "statistic", "method", "estimate", "truth", "error",
                             "abs_error", "lo", "hi", "covered"]])
     u = est.units.merge(tu, on=[*gcols, spec.unit])
     u["err_irt"] = (u["estimate"] - u["accuracy"]).abs()
     u["err_avg"] = (u["observed"] - u["accuracy"]).abs()
-    u["cov"] = (u["lo"] <= u["accuracy"]) & (u["accuracy"] <= u["hi"])
+    u["cov"] = np.where(u["lo"].notna(), (u["lo"] <= u["accuracy"]) & (u["accuracy"] <= u["hi"]), np.nan)
     out["units"].append(u.groupby(gcols).agg(mae_irt=("err_irt", "mean"), mae_avg=("err_avg", "mean"),
                                              coverage=("cov", "mean")).reset_index().assign(**tag))
     ext = []
