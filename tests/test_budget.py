@@ -61,8 +61,8 @@ def test_laplace_blocks_equal_the_dense_inverse_hessian():
     X = np.hstack([np.ones((mask.sum(), 1)), fit.design.X[mask].toarray()])
     p = fit.p[mask]
     p0 = 1 / (1 + np.exp(-fit.coef[0]))
-    sd = np.array([fit.sd[t.name] for t in fit.design.terms])[fit.design.term_of]
-    H = X.T @ (X * (p * (1 - p))[:, None]) + np.diag(np.r_[p0 * (1 - p0), 1 / sd ** 2])  # 2 x 0.5 pseudo-obs
+    prior = np.r_[p0 * (1 - p0), fit.precision[1:]]                     # intercept: the 2 x 0.5 pseudo-obs
+    H = X.T @ (X * (p * (1 - p))[:, None]) + np.diag(prior)
     cov = np.linalg.inv(H)
     np.testing.assert_allclose(fit.hessian.dense_inverse(), cov, atol=1e-8)
     np.testing.assert_allclose(fit.hessian.posterior_diag(), np.diag(cov), atol=1e-8)
