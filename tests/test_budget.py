@@ -151,6 +151,42 @@ def test_estimator_beats_the_per_format_average_on_a_simulated_grid():
     assert s.loc["irt", "kendall_tau"] >= s.loc["avg", "kendall_tau"]
 
 
+def _errors(cells, design, seed):
+    spec = bd.FORMAT_BIAS
+    truth = bv.truth(cells, spec)[1].set_index("statistic")["truth"]
+    est = bd.estimate(bv.hide(cells, bv.design_mask(cells, spec, 0.05, seed, design)), spec, n_draws=0)
+    assert est.budget["n_observed"].iloc[0] == 108                          # 5 % of 2,160 cells
+    return (est.summary.set_index("statistic")["estimate"] - truth).abs()
+
+
+def test_five_percent_of_the_embedded_grid():
+    """Issue 13's target on a fixed complete grid - the committed smollm2-vlm x easy-VQA grid (20 questions,
+    48 formats x circular shifts = 2,160 cells): from 5 % of the cells (108 model calls) the 48-format mean
+    within 1 pp and the quantiles within 2 pp of the full grid.
+
+    Measured on this grid (the same code; notebook 35 shows the curves):
+    * adaptive design, seeds 0-9: mean |error| max 0.70 pp (10/10 within 1 pp); 50/75/95 % quantiles max
+      0.62 pp; 25 % quantile mean 0.99, max 2.09 pp (9/10 within 2 pp); 5 % quantile mean 3.0, max 6.5 pp
+      (3/10 within 2 pp);
+    * stratified design, seeds 0-19: mean |error| mean 0.61, max 2.12 pp (17/20 within 1 pp); 50-95 %
+      quantiles max 1.23 pp; 25 % quantile mean 1.13, max 3.03 pp; 5 % quantile mean 6.0, max 13.3 pp.
+    So the target is met for the mean and the 25-95 % quantiles with the adaptive design and NOT for the 5 %
+    quantile: it lies among the 3-4 formats the model cannot answer in (lowercase IDs with double brackets:
+    coverage 0-4 %; with a colon: 44-56 %), and 108 cells leave about 2 per format - whether a lowercase-colon
+    format scores 20 or 30 % is not in the data. The asserted bounds are the target where it is met and the
+    measured maximum (rounded up) where it is not; the seeds are the first ones, not picked."""
+    cells = bv.load_embedded_grid()
+    assert len(cells) == 2160 and cells["question"].nunique() == 20
+    for seed in (0, 1):
+        e = _errors(cells, "adaptive", seed)
+        assert e["mean"] <= 1.0
+        assert e[["q25", "q50", "q75", "q95"]].max() <= 2.0
+        assert e["q05"] <= 7.0                                                 # target 2 pp: not reached, see above
+    strat = pd.DataFrame([_errors(cells, "stratified", seed) for seed in range(5)])
+    assert strat["mean"].mean() <= 1.0 and strat[["q50", "q75", "q95"]].max().max() <= 2.0
+    assert strat["q25"].max() <= 3.1 and strat["q05"].max() <= 13.5             # measured maxima (20 seeds)
+
+
 # ---------------------------------------------------------------------------------------------- runs
 @pytest.fixture(scope="module")
 def tiny_items(tiny_vlm, synthetic):
