@@ -601,7 +601,7 @@ def _centred_interval(point: np.ndarray, draws: np.ndarray, alpha: float) -> tup
     noisy draws are pushed outwards, while the plug-in is the better point estimate (notebook 35)."""
     dev = draws - np.median(draws, axis=-1, keepdims=True)
     lo, hi = np.quantile(dev, [alpha, 1 - alpha], axis=-1)
-    return point + lo, point + hi
+    return np.clip(point + lo, 0, 100), np.clip(point + hi, 0, 100)   # accuracies: a shifted tail can cross 0
 
 
 class _Predictor:
