@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import pandas as pd
 
 from mmfragile.budget import format_bias_cells
 from mmfragile.store import ResultStore

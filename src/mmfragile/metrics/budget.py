@@ -5,21 +5,23 @@ Method - PromptEval (Maia Polo et al., "Efficient multi-prompt evaluation of LLM
 
 * **Model.** Every grid cell (question x prompt variant x, for circular evaluation, shift) is a Bernoulli
   outcome ``correct`` with ``logit P = intercept + sum of term effects``. A term is a one-hot of one column or
-  of a combination of columns (an interaction), each with a Gaussian prior ``N(0, sd^2)`` (:class:`Term`):
+  of a combination of columns (an interaction), each level with a zero-mean prior of scale ``sd`` (:class:`Term`;
+  Student-t with ``GridSpec.nu`` = 3 degrees of freedom for the variant terms, Gaussian for the questions):
   the variant's covariates (option-ID set, delimiter, separator / category, supercategory, intent), the cell's
   covariates (circular shift, shown position of the correct answer), their interactions, a free effect per
   variant, and the *question effects* (a question's difficulty, optionally per answer position). PromptEval's
   variants are this model with other term sets: "PE-Rasch" = variant + question one-hots, "PE-discrete" =
-  variant covariates + question one-hots. As in their code, the fit is L2-penalised logistic regression
-  (scikit-learn), i.e. the MAP under the Gaussian priors - here with one prior scale per term (column scaling).
+  variant covariates + question one-hots. Their fit is scikit-learn's L2-penalised logistic regression (one
+  penalty for all), i.e. the MAP under Gaussian priors; here every term has its own, learnt, prior.
 * **Plug-in estimate** (PromptEval's estimator): observed cells keep their outcome, unobserved cells get the
   fitted probability; a variant's accuracy is the mean over its cells, the distribution over variants gives
   the mean, the quantiles (5/25/50/75/95 %, ``numpy.percentile``'s linear rule, as PromptEval), the best and
   worst variant and, across models, the ranking per variant.
 * **Prior scales** (not in PromptEval, which fixes one L2 penalty): learnt per model by empirical Bayes
   (:func:`fit_irt`), so a model whose formats barely differ gets its format effects shrunk to nothing and a
-  model with a broken option-ID set keeps it. The MAP itself equals scikit-learn's L2 logistic regression on
-  prior-scaled columns (tested); it is computed by Newton steps on the block structure for speed.
+  model with a broken option-ID set keeps it; t priors let a single broken format stand out of the bulk.
+  With fixed Gaussian priors the MAP equals scikit-learn's L2 logistic regression on prior-scaled columns
+  (tested); it is computed by Newton steps on the block structure, which scikit-learn cannot exploit.
 * **Coverage hurdle** (not in PromptEval): where cells carry ``covered`` (the output was a valid option ID /
   an answer letter was extracted), ``P(correct) = P(covered) x P(correct | covered)``, two fits - an
   uncovered output reveals a broken format at every answer position (:func:`estimate`).
@@ -43,8 +45,8 @@ stores) and :mod:`mmfragile.metrics.budget_validation` (complete grids, simulati
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
