@@ -4,7 +4,8 @@ Commands
   reproduce   run notebooks/pipeline.yaml: every notebook over its grid -> figures/ and papermill_runs/
   grid        run one notebook over a parameter grid (-p key v1,v2 ...)
   formats     run the format-bias grid (48 formats x circular shifts) for a model and dataset into a store
-              (--shard i/n for SLURM arrays, --workers N [--ray-address ADDR] for Ray)
+              (--shard i/n for SLURM arrays, --workers N [--ray-address ADDR] for Ray; --budget 0.05
+              [--adaptive] runs 5 % of it and estimates the whole grid, mmfragile.budget)
   promptception  Promptception prompt types for a model and dataset into a store (same --shard / --workers)
   judge       MM-JudgeBias judgments of a judge on the synthetic judge set (same --shard / --workers)
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
@@ -94,6 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--fps", type=float, default=None, help="sample video frames at this rate (capped by --n-frames)")
     f.add_argument("--no-video-bounds", action="store_true",
                    help="sample the whole clip even where the benchmark gives a start/end window (MVBench)")
+    f.add_argument("--budget", type=float, default=None,
+                   help="run only this share of the grid (e.g. 0.05; a number > 1 = cells) and estimate the rest "
+                        "(mmfragile.budget); same store as a full run, budgets nest")
+    f.add_argument("--adaptive", action="store_true",
+                   help="with --budget: half the budget stratified, the rest in batches where they shrink the "
+                        "uncertainty most")
+    f.add_argument("--seed", type=int, default=0, help="seed of the budgeted design")
+    f.add_argument("--batch", type=int, default=None, help="cells per adaptive batch (default: a tenth of the rest)")
     f.add_argument("--quiet", action="store_true")
     _add_scale_args(f)
 
@@ -231,6 +240,9 @@ def _formats(a: argparse.Namespace) -> int:
               file=sys.stderr)
         for r in info["skipped_rows"][:10]:
             print(f"  {r['reason']}", file=sys.stderr)
+    if a.budget is not None:
+        return _formats_budgeted(a, qs, names, lambda name: ResultStore(
+            a.out, config=fbs.run_config(name, a.dataset, a.n, names, video=video), run_info=info))
     task = fbs.FormatBiasTask(formats=names, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every,
                               n_frames=a.n_frames, fps=a.fps, video_bounds=bounds, skip_bad_rows=a.skip_bad_rows)
     res = _run_study(a, task, qs.to_dict("records"),
@@ -242,6 +254,32 @@ def _formats(a: argparse.Namespace) -> int:
         return 1
     acc = res.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
     print(acc.sort_values("correct", ascending=False).to_string())
+    return 0
+
+
+def _formats_budgeted(a: argparse.Namespace, qs, names, open_store) -> int:
+    """``formats --budget``: a budgeted share of the grid in one process, then the estimate of the whole grid."""
+    from .api import load_model
+    from .budget import attach_outcomes, item_cells, run_budgeted
+    from .evaluate import format_bias_items
+    from .metrics.budget import FORMAT_BIAS, estimate
+    from .prompts.formats import PromptFormat
+
+    if a.workers or a.shard:
+        raise SystemExit("--budget chooses its cells over the whole grid: run it without --shard / --workers")
+    model = load_model(a.model)
+    store = open_store(model.name)
+    fmts = [PromptFormat.from_name(n) for n in names] if names else None
+    skipped: list[dict] | None = [] if a.skip_bad_rows else None
+    items = format_bias_items(model, qs, formats=fmts, include_standard=False, n_frames=a.n_frames, fps=a.fps,
+                              video_bounds=not a.no_video_bounds, skipped=skipped)
+    store.add_skipped_rows(skipped or [])
+    run_budgeted(model, items, store, FORMAT_BIAS, a.budget if a.budget < 1 else int(a.budget), seed=a.seed,
+                 adaptive=a.adaptive, batch=a.batch, mode=a.mode, batch_size=a.batch_size,
+                 flush_every=a.flush_every, progress=not a.quiet)
+    est = estimate(attach_outcomes(item_cells(items, FORMAT_BIAS), store, model.name), FORMAT_BIAS)
+    print(est.budget.to_string(index=False))
+    print(est.summary.drop(columns=["dataset"]).round(2).to_string(index=False))
     return 0
 
 

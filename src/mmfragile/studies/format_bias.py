@@ -140,28 +140,44 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mo
                     batch_size: int = 48, formats: Sequence[PromptFormat] | None = None,
                     include_standard: bool = True, progress: bool = True, n_frames: int | None = None,
                     fps: float | None = None, video_bounds: bool = True, skip_bad_rows: bool = False,
-                    flush_every: int = 256, shard: Shard | str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                    flush_every: int = 256, shard: Shard | str | None = None, budget: float | int | None = None,
+                    budget_seed: int = 0, adaptive: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run the format grid (Sec. 4.2: every question x format x circular shift, plus the standard format) into
     ``store``; returns the store's table and timing ``{n_questions, n_items, n_new, seconds, s_per_question,
     s_per_item}`` (per *newly evaluated* question / item; NaN if nothing was left to run). Video questions:
     see :func:`mmfragile.evaluate.format_bias_items`. ``skip_bad_rows``: questions that cannot be turned into
     items are left out instead of raising; they and the rows the load skipped (``questions.attrs``) are
     recorded in the store's config.json (:func:`run_info`). ``shard`` (``"i/n"``): only the questions of that
-    shard (:mod:`mmfragile.shards`)."""
+    shard (:mod:`mmfragile.shards`).
+
+    ``budget`` (a share of the grid such as 0.05, or a cell count): run only a seeded stratified subset of the
+    48-format grid - or, with ``adaptive``, half of it stratified and the rest where it shrinks the uncertainty
+    most - through :func:`mmfragile.budget.run_budgeted` into the same store (no standard-format rows);
+    estimate the full grid with :func:`mmfragile.budget.estimate_store`. A budget covers the whole grid, so it
+    takes no ``shard``."""
     from ..evaluate import format_bias_items, run_items
 
     shard = Shard.parse(shard)
+    if budget is not None and shard.count > 1:
+        raise ValueError("a budgeted run chooses its cells over the whole grid: run it without --shard")
     questions = shard.questions(questions)
     skipped: list[dict] | None = [] if skip_bad_rows else None
-    items = format_bias_items(model, questions, formats=formats, include_standard=include_standard,
+    items = format_bias_items(model, questions, formats=formats, include_standard=include_standard and budget is None,
                               n_frames=n_frames, fps=fps, video_bounds=video_bounds, skipped=skipped)
     store.add_skipped_rows(run_info(questions, skipped or [])["skipped_rows"])
     before = len(store)
     pending = store.pending(pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns))
     todo_q = {it.key["question_id"] for it, p in zip(items, pending) if p}
     t0 = time.perf_counter()
-    res = run_items(model, items, store, mode=mode, batch_size=batch_size, flush_every=flush_every,
-                    progress=progress, desc=f"{model.name} formats", shard=shard)
+    if budget is not None:
+        from ..budget import run_budgeted
+        from ..metrics.budget import FORMAT_BIAS
+
+        res = run_budgeted(model, items, store, FORMAT_BIAS, budget, seed=budget_seed, adaptive=adaptive, mode=mode,
+                           batch_size=batch_size, progress=progress)
+    else:
+        res = run_items(model, items, store, mode=mode, batch_size=batch_size, flush_every=flush_every,
+                        progress=progress, desc=f"{model.name} formats", shard=shard)
     dt = time.perf_counter() - t0
     n_new = len(store) - before
     timing = {"n_questions": len(questions), "n_items": len(items), "n_new": n_new,

@@ -1,0 +1,201 @@
+"""Budgeted runs: evaluate a seeded subset of a study's (question, variant) grid into the study's own resumable
+store, and estimate the whole grid's accuracy distribution from it (:mod:`mmfragile.metrics.budget`).
+
+* :func:`item_cells` - the cell frame of a list of :class:`~mmfragile.evaluate.EvalItem` (one row per item,
+  outcome missing), :func:`attach_outcomes` - the outcomes a store already holds.
+* :func:`select_items` - the stratified design: the first ``budget`` share of a seeded sequence balanced over
+  variants, questions and shifts (:func:`~mmfragile.metrics.budget.stratified_order`); budgets nest, so
+  ``--budget 0.02`` then ``--budget 0.05`` only runs the difference.
+* :func:`run_budgeted` - runs the design through :func:`~mmfragile.evaluate.run_items` into the same store a full
+  run uses (the budget is not part of the store config: a later full run completes the same store). With
+  ``adaptive=True`` it runs the stratified design for ``initial`` of the budget, then batches chosen by
+  :func:`~mmfragile.metrics.budget.adaptive_batch` from what the store holds - a deterministic function of the
+  stored outcomes and the seed, so a killed run resumes with the same choices for the same store contents.
+* :func:`format_bias_cells` / :func:`promptception_cells` - the complete cell frame of a study from store rows
+  alone (for analyses that have a store but not the model), outcomes attached where observed.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .evaluate import EvalItem, ScoreFn, exact_match_score, run_items
+from .metrics.budget import (FORMAT_BIAS, PROMPTCEPTION, GridSpec, adaptive_batch, budget_size, estimate,
+                             stratified_order)
+from .models.base import MLLM
+from .schema import DataError
+from .store import ResultStore
+
+__all__ = ["KEY", "spec_for", "item_cells", "attach_outcomes", "select_items", "run_budgeted",
+           "format_bias_cells", "promptception_cells", "estimate_store"]
+
+#: Columns that identify a cell in a store (with the model).
+KEY = ["dataset", "question_id", "variant"]
+
+
+def spec_for(study: str) -> GridSpec:
+    """The estimator spec of a study (``"format-bias"`` or ``"promptception"``)."""
+    specs = {FORMAT_BIAS.name: FORMAT_BIAS, PROMPTCEPTION.name: PROMPTCEPTION}
+    if study not in specs:
+        raise ValueError(f"no budget spec for study {study!r}; known: {sorted(specs)}")
+    return specs[study]
+
+
+def _answer_position(option_ids: Sequence[str], answer_id: str, where: str) -> int:
+    ids = [str(x) for x in option_ids]
+    if str(answer_id) not in ids:
+        raise DataError(f"{where}: answer_id {answer_id!r} is not among the option IDs {ids}")
+    return ids.index(str(answer_id))
+
+
+def item_cells(items: Sequence[EvalItem], spec: GridSpec) -> pd.DataFrame:
+    """One row per item: its key columns, ``question`` (``dataset/question_id``), ``answer_position`` (shown
+    position of the correct option) and ``correct`` = NaN. Row i is ``items[i]``."""
+    rows = []
+    for i, it in enumerate(items):
+        rows.append({**it.key, "question": f"{it.key['dataset']}/{it.key['question_id']}",
+                     "answer_position": _answer_position(it.option_ids, it.answer_id, f"item {i} ({it.key})"),
+                     "correct": np.nan})
+    cells = pd.DataFrame(rows)
+    missing = [c for c in [spec.unit, *spec.columns] if c not in cells.columns]
+    if missing:
+        raise DataError(f"item_cells: the items lack column(s) {missing} that the {spec.name} estimator needs")
+    if cells.duplicated(KEY).any():
+        i = int(np.flatnonzero(cells.duplicated(KEY).to_numpy())[0])
+        raise DataError(f"item_cells: item {i} repeats the key {items[i].key}")
+    return cells
+
+
+def attach_outcomes(cells: pd.DataFrame, store: ResultStore, model_name: str) -> pd.DataFrame:
+    """``cells`` with ``model`` and ``correct`` (0/1) filled in from ``store`` where that cell is stored."""
+    table = store.read()
+    out = cells.assign(model=model_name)
+    if table.empty:
+        return out
+    t = table[table["model"].astype(str) == str(model_name)]
+    got = t.assign(**{c: t[c].astype(str) for c in KEY}).set_index(KEY)["correct"]
+    idx = pd.MultiIndex.from_frame(cells[KEY].astype(str))
+    vals = got.reindex(idx).to_numpy(dtype=object)
+    out["correct"] = pd.array([np.nan if v is None or (isinstance(v, float) and np.isnan(v)) else float(bool(v))
+                               for v in vals], dtype="float64")
+    return out
+
+
+def _as_engine_order(items: Sequence[EvalItem], idx: np.ndarray) -> list[EvalItem]:
+    """The chosen items in the order the engine wants them (whole groups, by generation length)."""
+    return sorted((items[int(i)] for i in idx), key=lambda it: (it.group, it.max_new_tokens))
+
+
+def select_items(items: Sequence[EvalItem], budget: float | int, spec: GridSpec, seed: int = 0) -> list[EvalItem]:
+    """The stratified design of ``budget`` (a fraction of the items, or a count) - see the module docstring."""
+    cells = item_cells(items, spec)
+    idx = stratified_order(cells, spec, budget_size(len(cells), budget), seed)
+    return _as_engine_order(items, idx)
+
+
+def run_budgeted(model: MLLM, items: Sequence[EvalItem], store: ResultStore, spec: GridSpec, budget: float | int,
+                 seed: int = 0, adaptive: bool = False, initial: float = 0.5, batch: int | None = None,
+                 score_fn: ScoreFn = exact_match_score, progress: bool = True, **run_kw: Any) -> pd.DataFrame:
+    """Evaluate a budgeted subset of ``items`` into ``store`` (resumable) and return the store's table.
+
+    Stratified (default): the first ``budget`` of :func:`select_items`' sequence. Adaptive: the stratified
+    prefix for ``initial`` x budget (at least one cell per variant), then batches of ``batch`` cells (default:
+    a tenth of the remaining budget) picked by :func:`~mmfragile.metrics.budget.adaptive_batch` on the outcomes
+    in the store, until the store holds ``budget`` cells of this grid. ``run_kw`` go to :func:`run_items`."""
+    cells = item_cells(items, spec)
+    n = budget_size(len(cells), budget)
+    if not adaptive:
+        chosen = _as_engine_order(items, stratified_order(cells, spec, n, seed))
+        return run_items(model, chosen, store, score_fn=score_fn, progress=progress,
+                         desc=f"{model.name} budget {n}/{len(cells)}", **run_kw)
+    if not 0 < initial <= 1:
+        raise ValueError(f"initial must be in (0, 1], got {initial}")
+    n0 = min(n, max(cells[spec.unit].nunique(), int(round(initial * n))))
+    run_items(model, _as_engine_order(items, stratified_order(cells, spec, n0, seed)), store, score_fn=score_fn,
+              progress=progress, desc=f"{model.name} budget {n0}/{len(cells)} (stratified start)", **run_kw)
+    step = batch or max(1, (n - n0 + 9) // 10)
+    while True:
+        cur = attach_outcomes(cells, store, model.name)
+        have = int(cur["correct"].notna().sum())
+        if have >= n:
+            break
+        nxt = adaptive_batch(cur, spec, min(step, n - have), seed)
+        if not len(nxt):
+            break
+        run_items(model, _as_engine_order(items, nxt), store, score_fn=score_fn, progress=progress,
+                  desc=f"{model.name} adaptive {have + len(nxt)}/{n}", **run_kw)
+    return store.read()
+
+
+# ---------------------------------------------------------------------------------------------- from stores
+def _rows_with_position(rows: pd.DataFrame, what: str) -> pd.DataFrame:
+    need = ["model", "dataset", "question_id", "variant", "option_ids", "answer_id", "correct"]
+    missing = [c for c in need if c not in rows.columns]
+    if missing:
+        raise DataError(f"{what}: store rows lack column(s) {missing}")
+    pos = [_answer_position(list(o), a, f"{what}: row {i}") for i, (o, a) in
+           enumerate(zip(rows["option_ids"], rows["answer_id"]))]
+    return rows.assign(answer_position=pos, question=rows["dataset"].astype(str) + "/" + rows["question_id"].astype(str))
+
+
+def _merge_outcomes(grid: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    obs = rows[["model", *KEY, "correct"]].assign(correct=rows["correct"].astype(bool).astype(float))
+    key = ["model", *KEY]
+    out = grid.merge(obs.astype({c: str for c in key}), on=key, how="left")
+    return out
+
+
+def format_bias_cells(rows: pd.DataFrame, formats: Sequence[str] | None = None) -> pd.DataFrame:
+    """The complete 48-format x circular-shift grid of every (model, question) in format-bias store rows (the
+    ``standard`` variant left out), with ``correct`` where the store has the cell. A question's grid is rebuilt
+    from any one of its rows (option count, shift and shown answer position give the canonical answer)."""
+    from .prompts.formats import PromptFormat, all_formats
+
+    r = rows[rows["format"].astype(str) != "standard"] if "format" in rows.columns else rows
+    r = _rows_with_position(r, "format_bias_cells")
+    fmts = [PromptFormat.from_name(f) for f in formats] if formats else all_formats()
+    first = r.drop_duplicates(["model", "dataset", "question_id"])
+    parts = []
+    for rec in first.to_dict("records"):
+        n = len(list(rec["option_ids"]))
+        a0 = (int(rec["answer_position"]) + int(rec["shift"])) % n       # shown position = (answer - shift) % n
+        for f in fmts:
+            for s in range(n):
+                parts.append({"model": rec["model"], "dataset": rec["dataset"], "question_id": rec["question_id"],
+                              "variant": f"{f.name}|s{s}", "format": f.name, "option_id_set": f.option_ids,
+                              "delimiter": f.delimiter, "separator": f.separator, "shift": s, "n_options": n,
+                              "answer_position": (a0 - s) % n, "question": rec["question"]})
+    grid = pd.DataFrame(parts).astype({"model": str, "dataset": str, "question_id": str, "variant": str})
+    return _merge_outcomes(grid, r)
+
+
+def promptception_cells(rows: pd.DataFrame, prompt_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """The complete question x prompt grid of every (model, question) in Promptception store rows - the
+    catalog's prompts that support the question's modality (59 / 61), or ``prompt_ids`` - with ``correct`` where
+    the store has the cell. ``answer_position`` is the correct letter's index."""
+    from .prompts.promptception import get_prompt_type, prompt_ids as catalog_ids
+
+    r = _rows_with_position(rows, "promptception_cells")
+    pids = [str(p) for p in (prompt_ids or catalog_ids(include_baseline=False))]
+    types = [get_prompt_type(p) for p in pids]
+    first = r.drop_duplicates(["model", "dataset", "question_id"])
+    parts = []
+    for rec in first.to_dict("records"):
+        for t in types:
+            if not t.supports(rec["modality"]):
+                continue
+            parts.append({"model": rec["model"], "dataset": rec["dataset"], "question_id": rec["question_id"],
+                          "variant": t.prompt_id, "prompt_id": t.prompt_id, "category": str(int(t.category)),
+                          "supercategory": str(int(t.supercategory)), "intent": t.intent or "neutral",
+                          "modality": rec["modality"], "answer_position": int(rec["answer_position"]),
+                          "question": rec["question"]})
+    grid = pd.DataFrame(parts).astype({"model": str, "dataset": str, "question_id": str, "variant": str})
+    return _merge_outcomes(grid, r)
+
+
+def estimate_store(rows: pd.DataFrame, study: str, **kw: Any):
+    """:func:`~mmfragile.metrics.budget.estimate` on the complete grid rebuilt from a study's store rows."""
+    cells = format_bias_cells(rows) if study == FORMAT_BIAS.name else promptception_cells(rows)
+    return estimate(cells, spec_for(study), **kw)

@@ -1,0 +1,810 @@
+"""Budgeted fragility estimates: a model's accuracy distribution over prompt variants (the 48 formats of
+study 1, the 61 prompts of Promptception) from a few percent of the (question, variant) grid.
+
+Method - PromptEval (Maia Polo et al., "Efficient multi-prompt evaluation of LLMs", NeurIPS 2024):
+
+* **Model.** Every grid cell (question x prompt variant x, for circular evaluation, shift) is a Bernoulli
+  outcome ``correct`` with ``logit P = intercept + sum of term effects``. A term is a one-hot of one column or
+  of a combination of columns (an interaction), each level with a zero-mean prior of scale ``sd`` (:class:`Term`;
+  Student-t with ``GridSpec.nu`` = 3 degrees of freedom for the variant terms, Gaussian for the questions):
+  the variant's covariates (option-ID set, delimiter, separator / category, supercategory, intent), the cell's
+  covariates (circular shift, shown position of the correct answer), their interactions, a free effect per
+  variant, and the *question effects* (a question's difficulty, optionally per answer position). PromptEval's
+  variants are this model with other term sets: "PE-Rasch" = variant + question one-hots, "PE-discrete" =
+  variant covariates + question one-hots. Their fit is scikit-learn's L2-penalised logistic regression (one
+  penalty for all), i.e. the MAP under Gaussian priors; here every term has its own, learnt, prior.
+* **Plug-in estimate** (PromptEval's estimator): observed cells keep their outcome, unobserved cells get the
+  fitted probability; a variant's accuracy is the mean over its cells, the distribution over variants gives
+  the mean, the quantiles (5/25/50/75/95 %, ``numpy.percentile``'s linear rule, as PromptEval), the best and
+  worst variant and, across models, the ranking per variant.
+* **Prior scales** (not in PromptEval, which fixes one L2 penalty): learnt per model by empirical Bayes
+  (:func:`fit_irt`), so a model whose formats barely differ gets its format effects shrunk to nothing and a
+  model with a broken option-ID set keeps it; t priors let a single broken format stand out of the bulk.
+  With fixed Gaussian priors the MAP equals scikit-learn's L2 logistic regression on prior-scaled columns
+  (tested); it is computed by Newton steps on the block structure, which scikit-learn cannot exploit.
+* **Coverage hurdle** (not in PromptEval): where cells carry ``covered`` (the output was a valid option ID /
+  an answer letter was extracted), ``P(correct) = P(covered) x P(correct | covered)``, two fits - an
+  uncovered output reveals a broken format at every answer position (:func:`estimate`).
+* **Uncertainty** (not in PromptEval): Laplace approximation at the MAP (Gaussian with the inverse Hessian
+  of the penalised log-likelihood; the question block is block-diagonal and handled by a Schur complement),
+  then posterior-predictive draws: coefficients from the Laplace Gaussian, unobserved cells drawn as
+  Bernoulli(p) - the targets are the accuracies of the *finite* grid, so the Bernoulli noise of the cells
+  nobody ran is part of the error. Intervals are the draws' equal-tailed spread centred on the plug-in
+  (:func:`_centred_interval`); they ignore the uncertainty of the learnt prior scales and under-cover for
+  the extreme quantiles / best / worst (coverage measured in notebooks 35 / 42).
+* **Designs.** :func:`stratified_order`: a seeded sequence of cells balanced over variants, questions and
+  shifts (PromptEval's ``StratSample`` balances variants and examples); every prefix is a design, so a larger
+  budget extends a smaller one. :func:`adaptive_batch`: the next cells where they shrink the summed posterior
+  variance of the per-variant accuracies most (greedy A-optimal design under the Laplace posterior, with the
+  Bernoulli variance of the observed cell removed), a deterministic function of the observed cells + seed.
+
+Cell frames (input of everything here) have one row per cell of the *complete* grid of one or more models:
+``model`` (optional), ``question``, the spec's ``unit`` column (``format`` / ``prompt_id``), the term columns,
+and ``correct`` (1 / 0, NaN = not observed). Builders: :mod:`mmfragile.budget` (from evaluation items and
+stores) and :mod:`mmfragile.metrics.budget_validation` (complete grids, simulations from published tables).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from scipy import linalg
+from threadpoolctl import threadpool_limits
+
+from mmfragile.schema import DataError
+
+__all__ = ["Term", "GridSpec", "FORMAT_BIAS", "PROMPTCEPTION", "QUANTILES", "STATISTICS", "IRTFit", "fit_irt",
+           "BudgetEstimate", "estimate", "unit_accuracy", "summarize_units", "stratified_order",
+           "budget_size", "adaptive_batch"]
+
+#: Quantiles of the per-variant accuracy distribution (PromptEval's set), percent.
+QUANTILES: tuple[int, ...] = (5, 25, 50, 75, 95)
+#: Summary statistics of a model's per-variant accuracies, in output order.
+STATISTICS: tuple[str, ...] = ("mean", *(f"q{q:02d}" for q in QUANTILES), "best", "worst")
+
+
+@dataclass(frozen=True)
+class Term:
+    """One-hot of ``columns`` (their combined values, i.e. an interaction for several columns) with a
+    ``N(0, sd^2)`` prior on every level's effect (logit scale)."""
+
+    columns: tuple[str, ...]
+    sd: float
+
+    @property
+    def name(self) -> str:
+        return ":".join(self.columns)
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """What is estimated and with which covariates.
+
+    ``unit``: the column whose accuracy distribution is estimated (a format, a prompt); ``question``: the
+    column naming a question (its effects are the question block of the Laplace posterior: every term whose
+    columns include it); ``terms``: the linear predictor (an unpenalised intercept is always added)."""
+
+    name: str
+    unit: str
+    terms: tuple[Term, ...]
+    question: str = "question"
+    #: degrees of freedom of the Student-t prior of every term without the question (None: Gaussian). Format and
+    #: prompt effects are mostly small with a few broken variants (a 4 % format among 60-80 % ones, Tab. 8-12):
+    #: a Gaussian prior with a learnt scale shrinks such outliers into the bulk, a t prior lets them stand.
+    nu: float | None = 3.0
+
+    @property
+    def columns(self) -> list[str]:
+        return list(dict.fromkeys(c for t in self.terms for c in t.columns))
+
+    def question_terms(self) -> list[Term]:
+        return [t for t in self.terms if self.question in t.columns]
+
+
+#: Study 1: 48 formats x circular shifts. The format covariates of Tab. 1, the shift, the shown position of the
+#: correct answer (position bias differs between formats, Sec. 5.1 / C.2, hence the interactions), a free
+#: effect per format and per format x answer position, and question effects (overall and per answer position:
+#: under circular evaluation a question is asked once per position). Prior scales were set on the embedded
+#: easy-VQA grid and the simulations of ``budget_validation`` (see the notebook 35), not tuned per grid.
+FORMAT_BIAS = GridSpec("format-bias", unit="format", terms=(
+    Term(("option_id_set",), 1.5), Term(("delimiter",), 1.5), Term(("separator",), 1.5),
+    Term(("shift",), 0.5), Term(("answer_position",), 1.5),
+    Term(("option_id_set", "delimiter"), 1.0), Term(("option_id_set", "separator"), 1.0),
+    Term(("delimiter", "separator"), 1.0), Term(("format",), 1.0),
+    Term(("option_id_set", "answer_position"), 1.0), Term(("delimiter", "answer_position"), 1.0),
+    Term(("separator", "answer_position"), 1.0), Term(("format", "answer_position"), 0.75),
+    Term(("question",), 2.0), Term(("question", "answer_position"), 1.0),
+))
+
+#: Promptception: 61 prompt types. Category / supercategory / intent of Tab. 1 / Tab. 3, a free effect per
+#: prompt, the correct answer's letter position (a prompt can move a model's letter bias) and question effects.
+PROMPTCEPTION = GridSpec("promptception", unit="prompt_id", terms=(
+    Term(("supercategory",), 1.0), Term(("category",), 1.0), Term(("intent",), 1.0),
+    Term(("prompt_id",), 1.0), Term(("answer_position",), 1.0),
+    Term(("category", "answer_position"), 0.75), Term(("prompt_id", "answer_position"), 0.5),
+    Term(("question",), 2.0),
+))
+
+
+# ================================================================================================ design
+@dataclass
+class _Design:
+    """One-hot design of a cell frame: ``cols[i, t]`` = column of cell i in term t (dense terms first, then
+    the question terms); ``X`` the same as a sparse 0/1 matrix; ``qidx`` (Q x K) the columns of each question's
+    block (-1 = padding; empty without question terms)."""
+
+    cols: np.ndarray
+    X: sp.csr_matrix
+    terms: list[Term]
+    term_of: np.ndarray           # term index per column
+    n_dense: int                  # columns of the dense terms
+    n_dense_terms: int
+    qidx: np.ndarray
+    pos: np.ndarray               # position of every question-block column inside its block (-1 for dense)
+    qof: np.ndarray               # question code per cell
+    names: list[tuple[str, str]]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[1]
+
+
+def _check(cells: pd.DataFrame, spec: GridSpec, what: str) -> None:
+    need = [spec.unit, spec.question, *spec.columns, "correct"]
+    missing = [c for c in dict.fromkeys(need) if c not in cells.columns]
+    if missing:
+        raise DataError(f"{what}: cell frame lacks column(s) {missing}; have {list(cells.columns)}")
+    y = pd.to_numeric(cells["correct"], errors="coerce")
+    bad = cells["correct"].notna() & ~y.isin([0, 1])
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise DataError(f"{what}: row {i}: 'correct' must be 0/1 or missing, got {cells['correct'].iloc[i]!r}")
+
+
+def _codes(cells: pd.DataFrame, cols: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """Codes of the combined values of ``cols`` and their level names, in sorted (row-order free) order."""
+    code, names = None, None
+    for c in cols:
+        cc, lv = pd.factorize(cells[c].astype(str), sort=True)
+        lv = np.asarray(lv, dtype=object)
+        if code is None:
+            code, names = cc.astype(np.int64), lv
+        else:
+            code = code * len(lv) + cc
+            names = np.asarray([f"{a}|{b}" for a in names for b in lv], dtype=object)
+    uniq, inv = np.unique(code, return_inverse=True)
+    return inv.astype(np.int64), [str(names[u]) for u in uniq]
+
+
+def _design(cells: pd.DataFrame, spec: GridSpec) -> _Design:
+    dense = [t for t in spec.terms if spec.question not in t.columns]
+    terms = dense + spec.question_terms()
+    n = len(cells)
+    qcodes, qlevels = _codes(cells, [spec.question])
+    cols = np.empty((n, len(terms)), dtype=np.int64)
+    names, term_of, qof_col = [], [], []
+    off = 0
+    for k, t in enumerate(terms):
+        codes, levels = _codes(cells, t.columns)
+        cols[:, k] = off + codes
+        names += [(t.name, lv) for lv in levels]
+        term_of += [k] * len(levels)
+        if spec.question in t.columns:
+            lvl_q = np.full(len(levels), -1)
+            lvl_q[codes] = qcodes            # every level of a question term belongs to one question
+            qof_col.append(lvl_q)
+        off += len(levels)
+    n_dense = int(sum(1 for k in term_of if k < len(dense)))
+    pos = -np.ones(off, dtype=np.int64)
+    if qof_col:
+        block_of = np.concatenate(qof_col)
+        Q = len(qlevels)
+        counts = np.bincount(block_of, minlength=Q)
+        order = np.argsort(block_of, kind="stable")
+        starts = np.r_[0, np.cumsum(counts)[:-1]]
+        p = np.arange(len(order)) - np.repeat(starts, counts)
+        qidx = -np.ones((Q, int(counts.max())), dtype=np.int64)
+        qidx[block_of[order], p] = n_dense + order
+        pos[n_dense + order] = p
+    else:
+        qidx = np.zeros((0, 0), dtype=np.int64)
+    X = sp.csr_matrix((np.ones(cols.size), cols.ravel(), np.arange(0, cols.size + 1, len(terms))), shape=(n, off))
+    return _Design(cols, X, terms, np.asarray(term_of), n_dense, len(dense), qidx, pos, qcodes, names)
+
+
+# ================================================================================================ fit
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -35, 35)))
+
+
+class _Hessian:
+    """The Hessian ``[1 | X]^T W [1 | X] + diag(prior precisions)`` of the observed cells in blocks: ``A`` the
+    intercept + dense terms (D x D), ``Bq`` their cross terms with each question's block (Q x K x D), ``blocks``
+    the question blocks (Q x K x K, identity padding). Solves and posterior draws go through the Schur
+    complement ``S = A - sum_q Bq^T blocks^-1 Bq``; nothing of size d x d is formed."""
+
+    def __init__(self, des: _Design, rows: np.ndarray, w: np.ndarray, prec: np.ndarray):
+        D = 1 + des.n_dense
+        cols = des.cols[rows]
+        nd = des.n_dense_terms
+        dcols = np.concatenate([np.zeros((len(rows), 1), np.int64), 1 + cols[:, :nd]], axis=1)  # 0 = intercept
+        T = dcols.shape[1]
+        A = np.bincount((dcols[:, :, None] * D + dcols[:, None, :]).ravel(), weights=np.repeat(w, T * T),
+                        minlength=D * D)
+        self.A = A.reshape(D, D) + np.diag(prec[:D])
+        self.D = D
+        self.des = des
+        if not des.qidx.size:
+            self.Q = 0
+            return
+        Q, K = des.qidx.shape
+        qc, qpos = des.qof[rows], des.pos[cols[:, nd:]]          # question, position per question term
+        R = (qc[:, None] * K + qpos)                              # row of (question, position) per q-term
+        Tq = R.shape[1]
+        blocks = np.bincount((R[:, :, None] * K + qpos[:, None, :]).ravel(), weights=np.repeat(w, Tq * Tq),
+                             minlength=Q * K * K)
+        Bq = np.bincount((R[:, :, None] * D + dcols[:, None, :]).ravel(), weights=np.repeat(w, Tq * T),
+                         minlength=Q * K * D)
+        blocks = blocks.reshape(Q, K, K)
+        valid = des.qidx >= 0
+        diag = np.where(valid, prec[1 + np.where(valid, des.qidx, 0)], 1.0)   # padding: identity
+        blocks[:, np.arange(K), np.arange(K)] += diag
+        self.Q, self.K = Q, K
+        self.blocks = blocks
+        self.Bq = Bq.reshape(Q, K, D)
+        self.inv_blocks = np.linalg.inv(blocks) if K > 1 else 1.0 / blocks
+        self.Dinv_B = self.inv_blocks @ self.Bq
+        S = self.A - self.Bq.reshape(Q * K, D).T @ self.Dinv_B.reshape(Q * K, D)
+        self.A = None
+        self.S = (S + S.T) / 2
+
+    @property
+    def chol_S(self) -> np.ndarray:
+        if not hasattr(self, "_chol"):
+            self._chol = linalg.cholesky(self.S if self.Q else self.A, lower=True)
+        return self._chol
+
+    def _split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not self.Q:
+            return v, np.zeros((0, 0))
+        q = np.zeros((self.Q, self.K))
+        valid = self.des.qidx >= 0
+        q[valid] = v[1 + self.des.qidx[valid]]
+        return v[:self.D], q
+
+    def _join(self, vd: np.ndarray, vq: np.ndarray) -> np.ndarray:
+        out = np.zeros(1 + self.des.d)
+        out[:self.D] = vd
+        if self.Q:
+            valid = self.des.qidx >= 0
+            out[1 + self.des.qidx[valid]] = vq[valid]
+        return out
+
+    def solve(self, g: np.ndarray) -> np.ndarray:
+        gd, gq = self._split(g)
+        if not self.Q:
+            return linalg.cho_solve((self.chol_S, True), gd)
+        Dinv_g = (self.inv_blocks @ gq[..., None])[..., 0]
+        dd = linalg.cho_solve((self.chol_S, True), gd - self.Bq.reshape(-1, self.D).T @ Dinv_g.ravel())
+        return self._join(dd, Dinv_g - (self.Dinv_B.reshape(-1, self.D) @ dd).reshape(self.Q, self.K))
+
+    def posterior_diag(self) -> np.ndarray:
+        """Diagonal of the inverse Hessian (the Laplace posterior variances)."""
+        Linv, info = linalg.lapack.dtrtri(self.chol_S, lower=1)          # S^-1 = Linv^T Linv
+        if info:
+            raise np.linalg.LinAlgError(f"triangular inverse failed (info={info})")
+        dd = (Linv ** 2).sum(axis=0)
+        if not self.Q:
+            return dd
+        LB = Linv @ self.Dinv_B.reshape(-1, self.D).T                    # D x (Q K)
+        dq = np.einsum("qkk->qk", self.inv_blocks) + (LB ** 2).sum(axis=0).reshape(self.Q, self.K)
+        return self._join(dd, dq)
+
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` draws (n x (1 + d)) from N(0, H^-1): the dense block from N(0, S^-1), each question block from
+        its conditional N(-blocks^-1 Bq dd, blocks^-1)."""
+        dd = linalg.solve_triangular(self.chol_S, rng.standard_normal((self.D, n)), lower=True, trans="T").T
+        out = np.zeros((n, 1 + self.des.d))
+        out[:, :self.D] = dd
+        if self.Q:
+            if not hasattr(self, "_cholinvT"):
+                self._cholinvT = np.swapaxes(np.linalg.inv(np.linalg.cholesky(self.blocks)), 1, 2)
+            noise = np.einsum("qkl,nql->nqk", self._cholinvT, rng.standard_normal((n, self.Q, self.K)))
+            dq = noise - (dd @ self.Dinv_B.reshape(-1, self.D).T).reshape(n, self.Q, self.K)
+            valid = self.des.qidx >= 0
+            out[:, 1 + self.des.qidx[valid]] = dq[:, valid]
+        return out
+
+    def dense_inverse(self) -> np.ndarray:
+        """The full (1 + d) x (1 + d) inverse (for the adaptive design on small grids), from the blocks:
+        ``[[S^-1, -S^-1 B^T D^-1], [., D^-1 + D^-1 B S^-1 B^T D^-1]]``."""
+        Sinv = linalg.cho_solve((self.chol_S, True), np.eye(self.D))
+        if not self.Q:
+            return Sinv
+        valid = self.des.qidx >= 0
+        cols = np.r_[np.arange(self.D), 1 + self.des.qidx[valid]]       # parameter index of every row below
+        DB = self.Dinv_B[valid]                                         # (n_q, D): D^-1 B per question column
+        qd = -DB @ Sinv
+        qq = DB @ Sinv @ DB.T
+        blk = np.zeros_like(qq)
+        qrow = np.repeat(np.arange(self.Q), valid.sum(axis=1))
+        kpos = np.concatenate([np.flatnonzero(v) for v in valid])
+        same = qrow[:, None] == qrow[None, :]
+        blk[same] = self.inv_blocks[qrow[:, None].repeat(len(qrow), 1)[same], kpos[:, None].repeat(len(qrow), 1)[same],
+                                    kpos[None, :].repeat(len(qrow), 0)[same]]
+        full = np.block([[Sinv, qd.T], [qd, qq + blk]])
+        out = np.empty_like(full)
+        out[np.ix_(cols, cols)] = full
+        return out
+
+
+@dataclass
+class IRTFit:
+    """A fitted model for one cell frame (one model's grid): ``coef`` (intercept, then one effect per design
+    column), ``sd`` (prior scale per term, estimated by empirical Bayes unless fixed), ``eta`` (linear predictor
+    of every cell), ``precision`` (the prior precisions at the optimum) and the Laplace posterior
+    (:attr:`hessian`)."""
+
+    spec: GridSpec
+    design: _Design
+    coef: np.ndarray
+    sd: dict[str, float]
+    eta: np.ndarray
+    observed: np.ndarray
+    hessian: _Hessian | None
+    n_iter: int
+    precision: np.ndarray         # prior precision of every coefficient (intercept: 0; t priors: weighted)
+
+    @property
+    def p(self) -> np.ndarray:
+        return _sigmoid(self.eta)
+
+    def draw_coefs(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` coefficient vectors (n x (1 + d)) from the Laplace posterior."""
+        return self.coef + self.hessian.draw(n, rng)
+
+    def eta_of(self, coefs: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Linear predictors (cells[rows] x draws) for coefficient draws ``coefs`` (n x (1 + d))."""
+        return np.asarray(self.design.X[rows] @ coefs[:, 1:].T) + coefs[:, 0]
+
+
+def fit_irt(cells: pd.DataFrame, spec: GridSpec, prior: str = "empirical", pseudo_count: float = 0.5,
+            nu: float | None | str = "spec", max_iter: int = 200, tol: float = 1e-8,
+            sd_bounds: tuple[float, float] = (1e-3, 5.0)) -> IRTFit:
+    """Fit the model to the observed cells of ``cells`` (one model's grid).
+
+    The MAP under the Gaussian priors is found by Newton's method (penalised IRLS, the GLMM workhorse of lme4)
+    with the Schur-complement solves of :class:`_Hessian`, with step halving. ``prior="empirical"`` (default)
+    re-estimates every term's prior sd from the data - MacKay's evidence fixed point
+    ``sd_k^2 = |b_k|^2 / (m_k - tr(Cov_k) / sd_k^2)`` under the Laplace approximation, i.e. the variance
+    components of a logistic GLMM: how much the formats, positions or questions really differ is learnt per
+    model instead of assumed; the spec's sds are the starting values. ``prior="fixed"`` keeps them (Gaussian).
+    ``nu`` (default: the spec's, 3): Student-t priors for the terms without the question, fitted by EM as a
+    scale mixture of normals - every effect gets the weight ``(nu + 1) / (nu + E[b^2] / s^2)`` on its prior
+    precision and the scale ``s_k`` the same fixed point with weighted sums; the Laplace posterior then uses
+    these weighted precisions. ``nu=None``: Gaussian.
+    ``pseudo_count``: half a correct and half a wrong answer at the baseline (every effect 0), which keeps the
+    intercept finite when every observed cell is wrong (or right). The result does not depend on row order."""
+    if prior not in ("empirical", "fixed"):
+        raise ValueError(f"prior must be 'empirical' or 'fixed', not {prior!r}")
+    _check(cells, spec, "fit_irt")
+    obs = cells["correct"].notna().to_numpy()
+    if not obs.any():
+        raise DataError("fit_irt: no observed cell (every 'correct' is missing)")
+    des = _design(cells, spec)
+    rows = np.flatnonzero(obs)
+    y = pd.to_numeric(cells["correct"], errors="coerce").to_numpy()[rows]
+    cols = des.cols[rows]
+    nterm = len(des.terms)
+    sd = np.array([t.sd for t in des.terms], float)
+    ybar = (y.sum() + pseudo_count) / (len(y) + 2 * pseudo_count)
+    theta = np.zeros(1 + des.d)
+    theta[0] = np.log(ybar / (1 - ybar))
+    n_iter = 0
+
+    def precisions(sd):
+        return np.r_[0.0, 1.0 / sd[des.term_of] ** 2]
+
+    nu = spec.nu if nu == "spec" else nu
+    nu_ = np.inf if nu is None else float(nu)
+    heavy = np.array([np.isfinite(nu_) and spec.question not in t.columns for t in des.terms])
+
+    def objective(th, prec):
+        eta = th[0] + th[1 + cols].sum(axis=1)
+        nll = np.logaddexp(0, eta).sum() - (y * eta).sum()
+        return nll + 0.5 * (prec * th ** 2).sum() + pseudo_count * (np.logaddexp(0, th[0]) + np.logaddexp(0, -th[0]))
+
+    def step(th, prec, f):
+        """One damped Newton step; returns (theta, objective, max |change|, Hessian at the old theta)."""
+        nonlocal n_iter
+        n_iter += 1
+        p = _sigmoid(th[0] + th[1 + cols].sum(axis=1))
+        r = p - y
+        g = prec * th
+        g[0] += r.sum() + pseudo_count * (2 * _sigmoid(th[0]) - 1)
+        g[1:] += np.bincount(cols.ravel(), weights=np.repeat(r, nterm), minlength=des.d)
+        p0 = _sigmoid(th[0])
+        H = _Hessian(des, rows, p * (1 - p), prec + np.r_[2 * pseudo_count * p0 * (1 - p0), np.zeros(des.d)])
+        delta = H.solve(g)
+        t = 1.0
+        while True:
+            new = th - t * delta
+            fn = objective(new, prec)
+            if fn <= f + 1e-12 or t < 1e-6:
+                return new, fn, float(np.abs(t * delta).max()), H
+            t /= 2
+
+    def converge(th, prec):
+        f = objective(th, prec)
+        for _ in range(max_iter):
+            f_old = f
+            th, f, moved, H = step(th, prec, f)
+            if moved < 1e-6 or f_old - f < tol * max(1.0, abs(f)):
+                break
+        return th
+
+    with threadpool_limits(limits=1, user_api="blas"):  # small dense blocks: threads only add overhead
+        prec = precisions(sd)
+        theta = converge(theta, prec)
+        if prior == "empirical":
+            lo, hi = sd_bounds
+            f = objective(theta, prec)
+            p_prev = None
+            for _ in range(max_iter):
+                theta, f, moved, H = step(theta, prec, f)
+                var = H.posterior_diag()[1:]
+                e2 = theta[1:] ** 2
+                m = np.bincount(des.term_of, minlength=nterm)
+                if heavy.any():  # Student-t: per-effect EM weights (nu + 1) / (nu + E[b^2] / s^2)
+                    wt = np.where(heavy[des.term_of], (nu_ + 1) / (nu_ + (e2 + var) / sd[des.term_of] ** 2), 1.0)
+                else:
+                    wt = np.ones(des.d)
+                ss = np.bincount(des.term_of, weights=wt * e2, minlength=nterm)
+                tr = np.bincount(des.term_of, weights=wt * var, minlength=nterm)
+                gamma = np.maximum(m - tr / sd ** 2, 1e-8)
+                new_sd = np.clip(np.sqrt(ss / gamma), lo, hi)
+                # converged: every sd moved < 5 % or is shrinking below 0.05 logits (a negligible effect, which
+                # the fixed point approaches only slowly), or - what the estimates depend on - no cell's fitted
+                # probability moved by more than 0.1 pp in this sweep (the final Newton steps then settle theta)
+                p_all = _sigmoid(theta[0] + theta[1 + des.cols].sum(axis=1))
+                stable = p_prev is not None and float(np.abs(p_all - p_prev).max()) < 1e-3
+                p_prev = p_all
+                done = stable or bool(np.all((np.abs(np.log(new_sd / sd)) < 0.05) | ((new_sd < 0.05) & (new_sd <= sd))))
+                sd = new_sd
+                prec = np.r_[0.0, wt / sd[des.term_of] ** 2]
+                f = objective(theta, prec)
+                if done:
+                    break
+            theta = converge(theta, prec)
+        eta = theta[0] + theta[1 + des.cols].sum(axis=1)
+        p = _sigmoid(eta[rows])
+        p0 = _sigmoid(theta[0])
+        H = _Hessian(des, rows, p * (1 - p), prec + np.r_[2 * pseudo_count * p0 * (1 - p0), np.zeros(des.d)])
+        H.chol_S  # factorise now, under the thread limit
+    return IRTFit(spec, des, theta, {t.name: float(s) for t, s in zip(des.terms, sd)}, eta, obs, H, n_iter, prec)
+
+
+# ================================================================================================ estimates
+def unit_accuracy(cells: pd.DataFrame, spec: GridSpec, values: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Per-unit accuracy (%) of cell values (n_cells, or n_cells x draws): ``(units, array units[ x draws])``."""
+    codes, units = pd.factorize(cells[spec.unit].astype(str), sort=True)
+    n = np.bincount(codes, minlength=len(units)).astype(float)
+    v = np.asarray(values, float)
+    if v.ndim == 1:
+        return list(units), 100 * np.bincount(codes, weights=v, minlength=len(units)) / n
+    M = sp.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))), shape=(len(units), len(codes)))
+    return list(units), 100 * np.asarray(M @ v) / n[:, None]
+
+
+def summarize_units(acc: np.ndarray) -> np.ndarray:
+    """Statistics of :data:`STATISTICS` over axis 0 of per-unit accuracies (units[ x draws])."""
+    acc = np.asarray(acc, float)
+    return np.concatenate([acc.mean(axis=0)[None], np.percentile(acc, QUANTILES, axis=0),
+                           acc.max(axis=0)[None], acc.min(axis=0)[None]], axis=0)
+
+
+@dataclass
+class BudgetEstimate:
+    """Estimates per group (``model`` and, where present, ``dataset``), all accuracies in percent.
+
+    * ``units``: per group x unit - ``estimate`` (plug-in), ``lo``/``hi`` (interval), ``observed`` (mean of
+      the observed cells, NaN if none), ``n_cells``, ``n_observed``, ``p_best``/``p_worst`` (posterior share of
+      draws in which the unit is the group's best / worst);
+    * ``summary``: per group x statistic (:data:`STATISTICS`) - ``estimate``, ``lo``, ``hi``, ``naive`` (the
+      same statistic of the per-unit observed means: PromptEval's "avg" baseline), and for best / worst the
+      ``unit`` and its ``p_unit``;
+    * ``ranks``: per dataset x unit x model (only with several models) - ``rank`` (1 = best, by the plug-in
+      accuracies), ``rank_lo``/``rank_hi``, ``p_rank1``;
+    * ``budget``: per group - ``n_cells``, ``n_observed``, ``fraction``.
+    """
+
+    units: pd.DataFrame
+    summary: pd.DataFrame
+    ranks: pd.DataFrame
+    budget: pd.DataFrame
+    level: float
+    spec: GridSpec
+
+
+def _groups(cells: pd.DataFrame) -> list[str]:
+    return [c for c in ("dataset", "model") if c in cells.columns]
+
+
+def estimate(cells: pd.DataFrame, spec: GridSpec, level: float = 0.9, n_draws: int = 400, seed: int = 0,
+             prior: str = "empirical", coverage: bool | None = None, max_draw_cells: int = 4_000_000) -> BudgetEstimate:
+    """Estimate every group's (dataset x model) per-unit accuracies and their distribution from the observed
+    cells of ``cells`` (see the module docstring); ``level``: interval coverage; ``n_draws``: posterior draws
+    (0 = point estimates only). Draws are made in chunks of at most ``max_draw_cells`` cell x draw values.
+
+    ``coverage`` (default: whenever the cells carry a ``covered`` column): a hurdle model,
+    ``P(correct) = P(covered) x P(correct | covered)``, one fit each. A format the model cannot answer in (an
+    output that is no option ID, Sec. 5.1 / Eq. 6) shows as *uncovered* in every observed cell, whatever the
+    answer's position, while a wrong answer says less; the fits share the spec's terms."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    _check(cells, spec, "estimate")
+    gcols = _groups(cells)
+    alpha = (1 - level) / 2
+    unit_rows, summ_rows, budget_rows = [], [], []
+    draws_by_group: dict[tuple, tuple[list[str], np.ndarray, np.ndarray]] = {}
+    groups = cells.groupby(gcols, sort=True) if gcols else [((), cells)]
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        g = g.reset_index(drop=True)
+        gd = dict(zip(gcols, key))
+        obs = g["correct"].notna().to_numpy()
+        yobs = pd.to_numeric(g["correct"], errors="coerce").to_numpy()
+        pred = _Predictor(g, spec, prior, coverage)
+        plug = np.where(obs, yobs, pred.p)
+        units, acc = unit_accuracy(g, spec, plug)
+        codes, _ = pd.factorize(g[spec.unit].astype(str), sort=True)
+        n_u = np.bincount(codes, minlength=len(units))
+        n_o = np.bincount(codes, weights=obs.astype(float), minlength=len(units))
+        s_o = np.bincount(codes, weights=np.where(obs, yobs, 0.0), minlength=len(units))
+        naive = np.where(n_o > 0, 100 * s_o / np.maximum(n_o, 1), np.nan)
+        stats = summarize_units(acc)
+        naive_stats = summarize_units(naive[~np.isnan(naive)]) if (n_o > 0).any() else np.full(len(STATISTICS), np.nan)
+        budget_rows.append({**gd, "n_cells": len(g), "n_observed": int(obs.sum()), "fraction": obs.mean()})
+        if n_draws > 0:
+            sims = _posterior_accuracy(pred, g, spec, plug, obs, n_draws, seed, max_draw_cells)
+            lo_u, hi_u = _centred_interval(acc, sims, alpha)
+            best = np.bincount(sims.argmax(axis=0), minlength=len(units)) / n_draws
+            worst = np.bincount(sims.argmin(axis=0), minlength=len(units)) / n_draws
+            lo_s, hi_s = _centred_interval(stats, summarize_units(sims), alpha)
+            draws_by_group[key] = (units, acc, sims)
+        else:
+            lo_u = hi_u = best = worst = np.full(len(units), np.nan)
+            lo_s = hi_s = np.full(len(STATISTICS), np.nan)
+        for i, u in enumerate(units):
+            unit_rows.append({**gd, spec.unit: u, "estimate": acc[i], "lo": lo_u[i], "hi": hi_u[i],
+                              "observed": naive[i], "n_cells": int(n_u[i]), "n_observed": int(n_o[i]),
+                              "p_best": best[i], "p_worst": worst[i]})
+        ib, iw = int(np.argmax(acc)), int(np.argmin(acc))
+        for j, st in enumerate(STATISTICS):
+            row = {**gd, "statistic": st, "estimate": stats[j], "lo": lo_s[j], "hi": hi_s[j], "naive": naive_stats[j],
+                   "unit": None, "p_unit": np.nan}
+            if st in ("best", "worst"):
+                i = ib if st == "best" else iw
+                row["unit"] = units[i]
+                row["p_unit"] = (best if st == "best" else worst)[i]
+            summ_rows.append(row)
+    ranks = _rank_table(draws_by_group, gcols, spec, alpha) if n_draws > 0 else pd.DataFrame()
+    return BudgetEstimate(pd.DataFrame(unit_rows), pd.DataFrame(summ_rows), ranks, pd.DataFrame(budget_rows),
+                          level, spec)
+
+
+def _centred_interval(point: np.ndarray, draws: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Equal-tailed interval of the posterior-predictive spread, centred on the plug-in estimate: ``point +``
+    quantiles of ``draws - median(draws)`` (last axis). Centring matters: under the Laplace approximation the
+    draws' own centre is pulled towards 50 % (the mean of a sigmoid of a noisy logit) and the order statistics of
+    noisy draws are pushed outwards, while the plug-in is the better point estimate (notebook 35)."""
+    dev = draws - np.median(draws, axis=-1, keepdims=True)
+    lo, hi = np.quantile(dev, [alpha, 1 - alpha], axis=-1)
+    return np.clip(point + lo, 0, 100), np.clip(point + hi, 0, 100)   # accuracies: a shifted tail can cross 0
+
+
+class _Predictor:
+    """P(correct) of every cell of one group: one fit, or the coverage hurdle (see :func:`estimate`)."""
+
+    def __init__(self, g: pd.DataFrame, spec: GridSpec, prior: str, coverage: bool | None):
+        obs = g["correct"].notna()
+        has_cov = "covered" in g.columns and g.loc[obs, "covered"].notna().all() and obs.any()
+        if coverage and not has_cov:
+            raise DataError("estimate(coverage=True): the observed cells need a 'covered' column (0/1)")
+        self.hurdle = bool(has_cov if coverage is None else coverage)
+        if not self.hurdle:
+            self.fits = [fit_irt(g, spec, prior=prior)]
+            return
+        cov = pd.to_numeric(g["covered"], errors="coerce").where(obs)
+        cor = pd.to_numeric(g["correct"], errors="coerce")
+        bad = obs & (cor == 1) & (cov != 1)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DataError(f"estimate: row {i} is correct but not covered (a correct answer is a valid option ID)")
+        fits = [fit_irt(g.assign(correct=cov), spec, prior=prior)]
+        given = g.assign(correct=cor.where(cov == 1))
+        if given["correct"].notna().any():  # else nothing was ever covered: P(correct) = P(covered) x 0
+            fits.append(fit_irt(given, spec, prior=prior))
+        self.fits = fits
+
+    @property
+    def p(self) -> np.ndarray:
+        if not self.hurdle:
+            return self.fits[0].p
+        return self.fits[0].p * (self.fits[1].p if len(self.fits) > 1 else 0.0)
+
+    def draw_p(self, coefs: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
+        p = _sigmoid(self.fits[0].eta_of(coefs[0], rows))
+        if self.hurdle:
+            p = p * (_sigmoid(self.fits[1].eta_of(coefs[1], rows)) if len(self.fits) > 1 else 0.0)
+        return p
+
+
+def _posterior_accuracy(pred: _Predictor, g: pd.DataFrame, spec: GridSpec, plug: np.ndarray, obs: np.ndarray,
+                        n_draws: int, seed: int, max_draw_cells: int) -> np.ndarray:
+    """Posterior-predictive per-unit accuracies (units x draws): coefficient draws, then Bernoulli cells."""
+    rng = np.random.default_rng(seed)
+    coefs = [f.draw_coefs(n_draws, rng) for f in pred.fits]
+    un = np.flatnonzero(~obs)
+    codes, units = pd.factorize(g[spec.unit].astype(str), sort=True)
+    n_u = np.bincount(codes, minlength=len(units)).astype(float)
+    base = np.bincount(codes, weights=np.where(obs, plug, 0.0), minlength=len(units))
+    tot = np.tile(base[:, None], (1, n_draws))
+    step = max(1, max_draw_cells // max(n_draws, 1))
+    for s in range(0, len(un), step):
+        rows = un[s:s + step]
+        p = pred.draw_p(coefs, rows)
+        ysim = (rng.random(p.shape) < p).astype(float)
+        M = sp.csr_matrix((np.ones(len(rows)), (codes[rows], np.arange(len(rows)))), shape=(len(units), len(rows)))
+        tot += np.asarray(M @ ysim)
+    return 100 * tot / n_u[:, None]
+
+
+def _rank_table(draws: dict, gcols: list[str], spec: GridSpec, alpha: float) -> pd.DataFrame:
+    """Model ranks per unit (within a dataset) from the plug-in estimates and the joint posterior draws."""
+    if "model" not in gcols:
+        return pd.DataFrame()
+    by_ds: dict[tuple, list] = {}
+    for key, val in draws.items():
+        gd = dict(zip(gcols, key))
+        by_ds.setdefault(tuple(v for c, v in gd.items() if c != "model"), []).append((gd["model"], *val))
+    rows = []
+    for ds_key, entries in by_ds.items():
+        if len(entries) < 2:
+            continue
+        units = sorted(set.intersection(*(set(e[1]) for e in entries)))
+        models = [e[0] for e in entries]
+        idx = [[e[1].index(u) for u in units] for e in entries]
+        est = np.stack([e[2][ix] for e, ix in zip(entries, idx)])          # models x units
+        sims = np.stack([e[3][ix] for e, ix in zip(entries, idx)])         # models x units x draws
+        r_est = pd.DataFrame(est).rank(axis=0, method="min", ascending=False).to_numpy()
+        # competition ranks per draw: 1 + number of models strictly better
+        r_sim = 1 + (sims[None, :, :, :] > sims[:, None, :, :]).sum(axis=1)
+        lo, hi = np.quantile(r_sim, [alpha, 1 - alpha], axis=2)
+        p1 = (r_sim == 1).mean(axis=2)
+        ds = {c: v for c, v in zip([c for c in gcols if c != "model"], ds_key)}
+        for mi, m in enumerate(models):
+            for ui, u in enumerate(units):
+                rows.append({**ds, spec.unit: u, "model": m, "accuracy": est[mi, ui], "rank": int(r_est[mi, ui]),
+                             "rank_lo": lo[mi, ui], "rank_hi": hi[mi, ui], "p_rank1": p1[mi, ui]})
+    return pd.DataFrame(rows)
+
+
+# ================================================================================================ designs
+def budget_size(n_cells: int, budget: float | int) -> int:
+    """Cells for a budget: a fraction in (0, 1] of the grid, or an absolute count (an int > 1)."""
+    if isinstance(budget, (int, np.integer)) and not isinstance(budget, bool) and budget > 1:
+        return min(int(budget), n_cells)
+    b = float(budget)
+    if not 0 < b <= 1:
+        raise ValueError(f"budget must be a fraction in (0, 1] or a cell count > 1, got {budget!r}")
+    return min(n_cells, int(np.ceil(b * n_cells)))
+
+
+def stratified_order(cells: pd.DataFrame, spec: GridSpec, n: int, seed: int = 0,
+                     balance: Sequence[str] = ("shift",)) -> np.ndarray:
+    """The first ``n`` positions of a seeded cell sequence balanced over units, questions and ``balance``
+    columns: each step takes a unit with the fewest chosen cells, in it a question with the fewest chosen
+    cells (among those with a cell left in that unit), in that (unit, question) the cell whose ``balance``
+    values (e.g. the circular shift) the question has used least; ties broken at random. The sequence does not
+    depend on ``n`` (a prefix of a longer run is the shorter run), so budgets nest."""
+    n = int(min(n, len(cells)))
+    rng = np.random.default_rng(seed)
+    ucodes, units = pd.factorize(cells[spec.unit].astype(str), sort=True)
+    qcodes, questions = pd.factorize(cells[spec.question].astype(str), sort=True)
+    bal = [c for c in balance if c in cells.columns]
+    bcodes = (pd.factorize(cells[bal].astype(str).agg("|".join, axis=1), sort=True)[0] if bal
+              else np.zeros(len(cells), int))
+    U, Q, B = len(units), len(questions), int(bcodes.max()) + 1
+    # cells of each (unit, question), in a random order: cells[order[start[g]:start[g] + size[g]]], g = u * Q + q
+    perm = rng.permutation(len(cells))
+    key = ucodes[perm].astype(np.int64) * Q + qcodes[perm]
+    order = perm[np.argsort(key, kind="stable")]
+    size = np.bincount(key, minlength=U * Q)
+    start = np.r_[0, np.cumsum(size)[:-1]]
+    used = np.zeros(len(cells), bool)
+    left = size.reshape(U, Q).copy()
+    left_u = left.sum(axis=1)
+    u_cnt = np.zeros(U)
+    q_cnt = np.zeros(Q)
+    qb_cnt = np.zeros((Q, B))
+    u_key = rng.random(U)
+    out = []
+    while len(out) < n:
+        avail = left_u > 0
+        cand = np.flatnonzero(avail & (u_cnt == u_cnt[avail].min()))
+        u = int(cand[np.argmin(u_key[cand])])
+        u_key[u] = rng.random()
+        qs = np.flatnonzero(left[u] > 0)
+        qmin = qs[q_cnt[qs] == q_cnt[qs].min()]
+        q = int(qmin[rng.integers(len(qmin))])
+        g = u * Q + q
+        free = [k for k in range(start[g], start[g] + size[g]) if not used[k]]
+        k = min(free, key=lambda k: (qb_cnt[q, bcodes[order[k]]], k))
+        used[k] = True
+        i = int(order[k])
+        left[u, q] -= 1
+        left_u[u] -= 1
+        u_cnt[u] += 1
+        q_cnt[q] += 1
+        qb_cnt[q, bcodes[i]] += 1
+        out.append(i)
+    return np.asarray(out, dtype=int)
+
+
+def adaptive_batch(cells: pd.DataFrame, spec: GridSpec, k: int, seed: int = 0, prior: str = "empirical",
+                   max_params: int = 4000) -> np.ndarray:
+    """Positions of the next ``k`` unobserved cells of one model's grid: greedy A-optimal design for the
+    per-unit accuracies under the Laplace posterior of :func:`fit_irt`.
+
+    Observing cell c (Fisher information ``w x x^T``, ``w = p(1-p)``) lowers the summed variance of the unit
+    accuracies by ``w/N_u^2`` (its own Bernoulli variance) plus ``w |G S x|^2 / (1 + w x^T S x)`` (parameter
+    uncertainty; ``S`` posterior covariance, ``G`` the gradient of the unit accuracies in the coefficients);
+    after each pick ``S`` gets the rank-one update and c leaves ``G``. Deterministic in (observed cells, seed):
+    the fit sorts its input, exact ties are broken by a seeded random key."""
+    _check(cells, spec, "adaptive_batch")
+    obs = cells["correct"].notna().to_numpy()
+    cand = np.flatnonzero(~obs)
+    if k <= 0 or not len(cand):
+        return np.zeros(0, int)
+    fit = fit_irt(cells, spec, prior=prior)
+    d = fit.design.d + 1
+    if d > max_params:
+        raise ValueError(f"adaptive_batch: {d} parameters exceed max_params={max_params}; the dense posterior "
+                         "covariance would be too large - use the stratified design for a grid this size")
+    Xi = sp.hstack([sp.csr_matrix(np.ones((len(cells), 1))), fit.design.X], format="csr")
+    p = fit.p
+    w = p * (1 - p)
+    S = fit.hessian.dense_inverse()
+    ucodes, units = pd.factorize(cells[spec.unit].astype(str), sort=True)
+    n_u = np.bincount(ucodes, minlength=len(units)).astype(float)
+    Xc = Xi[cand]
+    wc = w[cand]
+    uc = ucodes[cand]
+    # G: gradient of the unit accuracies (fractions) in the coefficients, over the still-unobserved cells
+    Mu = sp.csr_matrix((wc / n_u[uc], (uc, np.arange(len(cand)))), shape=(len(units), len(cand)))
+    G = np.asarray((Mu @ Xc).todense())
+    tie = np.random.default_rng([seed, int(obs.sum())]).random(len(cand))
+    alive = np.ones(len(cand), bool)
+    SX = np.asarray(Xc @ S)                                # cand x d: S x_c
+    q = np.asarray(Xc.multiply(SX).sum(axis=1)).ravel()  # x_c^T S x_c
+    chosen: list[int] = []
+    for _ in range(min(k, len(cand))):
+        a = SX @ G.T                                       # cand x units: G S x_c
+        score = wc / n_u[uc] ** 2 + wc * np.einsum("cu,cu->c", a, a) / (1 + wc * q)
+        score[~alive] = -np.inf
+        best = np.flatnonzero(score == score.max())
+        j = int(best[np.argmin(tie[best])])
+        chosen.append(int(cand[j]))
+        alive[j] = False
+        # rank-one update of S after observing cell j (kept as S X_c^T and the diagonal terms)
+        v = SX[j].copy()
+        c = wc[j] / (1 + wc[j] * q[j])
+        xv = np.asarray(Xc @ v).ravel()
+        SX -= c * np.outer(xv, v)
+        q -= c * xv ** 2
+        G[uc[j]] -= (wc[j] / n_u[uc[j]]) * Xc[j].toarray().ravel()
+    return np.asarray(chosen, dtype=int)

@@ -1,0 +1,414 @@
+"""Validation of the budgeted estimates (:mod:`mmfragile.metrics.budget`) against ground truth.
+
+* :func:`error_curves` - on a *complete* per-question grid (every cell observed): hide all but a budget of
+  cells (stratified or adaptive design, several seeds), estimate, and compare with the full grid: absolute
+  error of the mean and of every quantile, interval coverage, best / worst variant (hit and regret) and the
+  model ranking per variant (Kendall tau, scipy), for the model-based estimate and PromptEval's "avg" baseline
+  (per-variant mean of the observed cells).
+* :func:`simulate_format_grid` / :func:`simulate_promptception_grid` - complete grids for the published
+  per-variant tables, which publish no per-question outcomes. **What is simulated:** the per-question outcomes.
+  A logistic latent-threshold IRT model: item ``i`` of model ``m`` has ability-adjusted difficulty
+  ``b_mi = tau * (rho * z_i + sqrt(1 - rho^2) * e_mi)`` (``z``, ``e`` standard normal: items are harder or
+  easier for every model alike, with correlation ``rho^2`` between models), and cell (item, variant) is correct
+  iff ``b_mi + eps > c_mv`` with ``eps`` standard logistic; the threshold ``c_mv`` is set so that *exactly*
+  ``round(accuracy x n_items)`` cells of the variant are correct, i.e. every simulated per-variant accuracy
+  equals the published one (to 1/n_items). Not simulated: coverage, option-position effects, circular shifts
+  (each of the ``N x O`` circular items of a format-bias dataset is one exchangeable item) and any
+  item x variant interaction beyond the logistic noise. ``n_items`` defaults to the paper's item count
+  (Tab. 5 circular QA pairs; Promptception Sec. 2.3) and can be lowered for speed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from mmfragile.schema import DataError
+
+from .budget import (FORMAT_BIAS, PROMPTCEPTION, STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
+                     stratified_order, summarize_units, unit_accuracy)
+
+__all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth", "hide", "design_mask", "error_curves", "summarize_curves", "simulate_format_grid",
+           "simulate_promptception_grid", "FORMAT_ITEMS", "PROMPTCEPTION_ITEMS", "simulation_spec",
+           "PROMPTEVAL_REPORTED"]
+
+#: Circular-evaluation items per dataset (Tab. 5 "Circ. eval.").
+FORMAT_ITEMS: dict[str, int] = {"A-OKVQA": 4580, "HRBench-4K": 800, "MMBench": 4876, "MME-RealWorld-Lite": 9595,
+                                "V*Bench": 596}
+#: Questions per benchmark (Promptception Sec. 2.3: MMStar 1,500; MVBench 4,000 - 100 videos for GPT-4o and
+#: Gemini 1.5 Pro; MMMU-Pro's count is not restated in the seed: 1,730 is MMMU-Pro's standard (4/10-option) set).
+PROMPTCEPTION_ITEMS: dict[str, int] = {"MMStar": 1500, "MMMU-Pro": 1730, "MVBench": 4000}
+
+#: What PromptEval (Maia Polo et al. 2024) reports, for the side-by-side in notebook 35 / 42. Only statements
+#: and set-ups are recorded here; their per-budget errors are published as figures (Figs. 1, 3), not tables.
+PROMPTEVAL_REPORTED = pd.DataFrame([
+    {"benchmark": "MMLU", "templates": 100, "llms": 15, "budget": "x1-x4 one-template evaluations (1-4 % of the grid)",
+     "statement": "accurately estimates performance quantiles across 100 prompt templates with a budget "
+                  "equivalent to two single-prompt evaluations (abstract; Fig. 1)"},
+    {"benchmark": "BBH / LMentry", "templates": None, "llms": None, "budget": "200, 400, 800, 1600 cells per task x LLM",
+     "statement": "quantile (5/25/50/75/95 %) absolute error and Wasserstein-1 distance fall with the budget; "
+                  "PromptEval variants beat the per-template average ('avg') at every budget (Fig. 3; "
+                  "code: prompteval/dist_evaluation.py, rounds_eval = [200, 400, 800, 1600])"},
+])
+
+
+#: The committed complete grid of an embedded model (resources/budget/): see :func:`load_embedded_grid`.
+EMBEDDED_GRID = "format_bias_smollm2-vlm_easy-vqa.parquet"
+
+
+def load_embedded_grid(name: str = EMBEDDED_GRID) -> pd.DataFrame:
+    """A committed complete format-bias grid as a cell frame (``model, dataset, question_id, question, variant,
+    format, option_id_set, delimiter, separator, shift, n_options, answer_position, correct, covered``).
+
+    The default is SmolLM2-135M + a random vision tower (``smollm2-vlm``) on easy-VQA questions, every one of
+    the 48 formats x every circular shift, made by ``python -m mmfragile formats --model smollm2-vlm --dataset
+    easy-vqa --n 40`` through the engine (see ``resources/budget/README.md``); only the columns the estimator
+    needs are kept."""
+    from importlib import resources
+
+    path = resources.files("mmfragile") / "resources" / "budget" / name
+    with resources.as_file(path) as p:
+        df = pd.read_parquet(p)
+    df = df.astype({c: str for c in ("model", "dataset", "question_id", "format")})
+    parts = df["format"].str.split("-", expand=True)
+    return df.assign(option_id_set=parts[0], delimiter=parts[1], separator=parts[2],
+                     variant=df["format"] + "|s" + df["shift"].astype(str),
+                     question=df["dataset"] + "/" + df["question_id"], correct=df["correct"].astype(float))
+
+
+def complete_grid(source: str, study: str = "format-bias", datasets: Sequence[str] | None = None,
+                  max_items: int | None = None, seed: int = 0, **sim_kw) -> tuple[pd.DataFrame, GridSpec, str]:
+    """A complete grid to validate on, its spec and a note on what it is:
+
+    * ``"embedded"`` - :func:`load_embedded_grid` (format bias only);
+    * ``"published"`` - :func:`simulate_format_grid` / :func:`simulate_promptception_grid` (see the module
+      docstring for what is simulated), with :func:`simulation_spec`;
+    * a results folder - every study store under it (:func:`mmfragile.budget.format_bias_cells` /
+      ``promptception_cells``), keeping the (model, question) grids that are complete."""
+    if study not in (FORMAT_BIAS.name, PROMPTCEPTION.name):
+        raise ValueError(f"study must be {FORMAT_BIAS.name!r} or {PROMPTCEPTION.name!r}, not {study!r}")
+    fb = study == FORMAT_BIAS.name
+    if source == "embedded":
+        if not fb:
+            raise DataError("no committed embedded Promptception grid: pass 'published' or a results folder")
+        return load_embedded_grid(), FORMAT_BIAS, "embedded smollm2-vlm (random vision tower) on easy-VQA"
+    if source == "published":
+        sim = (simulate_format_grid(datasets=datasets, max_items=max_items, seed=seed, **sim_kw) if fb else
+               simulate_promptception_grid(benchmarks=datasets, max_items=max_items, seed=seed, **sim_kw))
+        spec = simulation_spec(FORMAT_BIAS if fb else PROMPTCEPTION)
+        return sim, spec, "simulated per-question outcomes matching the published per-variant accuracies"
+    from .. import budget as B
+    from ..store import find_stores
+
+    stores = find_stores(source, study, default_study=study)
+    if not stores:
+        raise DataError(f"{source}: no {study!r} result stores under this folder")
+    rows = pd.concat([st.read() for st in stores], ignore_index=True)
+    cells = B.format_bias_cells(rows) if fb else B.promptception_cells(rows)
+    full = cells.groupby(["model", "question"])["correct"].transform(lambda c: c.notna().all())
+    if not full.any():
+        raise DataError(f"{source}: no (model, question) has its complete grid; run the full grid first")
+    return cells[full].reset_index(drop=True), FORMAT_BIAS if fb else PROMPTCEPTION, f"complete grids in {source}"
+
+
+def simulation_spec(spec: GridSpec) -> GridSpec:
+    """``spec`` without the cell-level terms the simulations do not generate (shift, answer position)."""
+    drop = {"shift", "answer_position"}
+    return replace(spec, name=spec.name + "-sim", terms=tuple(t for t in spec.terms if not set(t.columns) & drop))
+
+
+# ================================================================================================ truth
+def _group_cols(cells: pd.DataFrame) -> list[str]:
+    return [c for c in ("dataset", "model") if c in cells.columns]
+
+
+def truth(cells: pd.DataFrame, spec: GridSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(units, summary)`` of a complete grid: per group x unit ``accuracy`` (%), and per group x statistic
+    ``truth`` (with the ``unit`` of best / worst). Raises DataError if a cell is unobserved."""
+    if cells["correct"].isna().any():
+        raise DataError(f"truth: the grid is not complete ({int(cells['correct'].isna().sum())} cells missing)")
+    gcols = _group_cols(cells)
+    urows, srows = [], []
+    for key, g in (cells.groupby(gcols, sort=True) if gcols else [((), cells)]):
+        key = key if isinstance(key, tuple) else (key,)
+        gd = dict(zip(gcols, key))
+        units, acc = unit_accuracy(g, spec, g["correct"].astype(float).to_numpy())
+        urows += [{**gd, spec.unit: u, "accuracy": a} for u, a in zip(units, acc)]
+        for st, v in zip(STATISTICS, summarize_units(acc)):
+            unit = units[int(np.argmax(acc))] if st == "best" else units[int(np.argmin(acc))] if st == "worst" else None
+            srows.append({**gd, "statistic": st, "truth": v, "unit": unit})
+    return pd.DataFrame(urows), pd.DataFrame(srows)
+
+
+# ================================================================================================ designs
+def design_mask(g: pd.DataFrame, spec: GridSpec, budget: float | int, seed: int, design: str = "stratified",
+                initial: float = 0.5, batch: int | None = None) -> np.ndarray:
+    """Boolean mask of the cells a budgeted run of one group observes: ``"stratified"`` - the stratified prefix;
+    ``"adaptive"`` - the stratified prefix for ``initial`` of the budget, then :func:`adaptive_batch` batches of
+    ``batch`` cells (default: a tenth of the rest) on the outcomes of the complete grid ``g``."""
+    n = budget_size(len(g), budget)
+    if design == "stratified":
+        mask = np.zeros(len(g), bool)
+        mask[stratified_order(g, spec, n, seed)] = True
+        return mask
+    if design != "adaptive":
+        raise ValueError(f"design must be 'stratified' or 'adaptive', not {design!r}")
+    n0 = max(min(n, g[spec.unit].nunique()), int(round(initial * n)))
+    mask = np.zeros(len(g), bool)
+    mask[stratified_order(g, spec, n0, seed)] = True
+    step = batch or max(1, (n - n0 + 9) // 10)
+    y = g["correct"].to_numpy()
+    while mask.sum() < n:
+        cur = g.assign(correct=np.where(mask, y, np.nan))
+        nxt = adaptive_batch(cur, spec, min(step, n - int(mask.sum())), seed)
+        if not len(nxt):
+            break
+        mask[nxt] = True
+    return mask
+
+
+def hide(g: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``g`` with ``correct`` set to NaN outside ``mask``."""
+    return g.assign(correct=np.where(mask, g["correct"].astype(float).to_numpy(), np.nan))
+
+
+# ================================================================================================ curves
+def error_curves(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[float | int], seeds: Iterable[int] = (0,),
+                 design: str = "stratified", level: float = 0.9, n_draws: int = 200, progress: bool = False,
+                 **design_kw) -> dict[str, pd.DataFrame]:
+    """Error vs budget on a complete grid (every group = dataset x model estimated separately, rankings across
+    the models of a dataset). Returns frames:
+
+    * ``stats``: group, budget, seed, statistic, ``method`` (``irt`` / ``avg``), estimate, truth, ``error``
+      (estimate - truth, pp), ``abs_error``, lo, hi, ``covered`` (truth inside [lo, hi]; irt only);
+    * ``units``: per group x budget x seed: mean absolute per-unit error (pp) and interval coverage;
+    * ``extremes``: best / worst unit: ``hit`` (estimated unit is the true one) and ``regret`` (pp of true
+      accuracy lost by taking the estimated best / worst);
+    * ``ranking``: per dataset x budget x seed x method: Kendall tau between estimated and true model ranking,
+      averaged over units (only with >= 2 models per dataset);
+    * ``cells``: per group x budget x seed: cells observed and fraction.
+    """
+    from tqdm.auto import tqdm
+
+    tu, ts = truth(cells, spec)
+    gcols = _group_cols(cells)
+    groups = list(cells.groupby(gcols, sort=True)) if gcols else [((), cells)]
+    out = {k: [] for k in ("stats", "units", "extremes", "ranking", "cells")}
+    todo = [(b, s) for b in budgets for s in seeds]
+    for b, s in tqdm(todo, disable=not progress, desc=f"{spec.name} error curves"):
+        parts = []
+        for key, g in groups:
+            g = g.reset_index(drop=True)
+            parts.append(hide(g, design_mask(g, spec, b, s, design, **design_kw)))
+        est = estimate(pd.concat(parts, ignore_index=True), spec, level=level, n_draws=n_draws, seed=s)
+        tag = {"budget": b, "seed": s, "design": design}
+        _collect(est, tu, ts, gcols, spec, tag, out)
+    return {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in out.items()}
+
+
+def _collect(est, tu, ts, gcols, spec, tag, out) -> None:
+    sm = est.summary.merge(ts.drop(columns="unit"), on=[*gcols, "statistic"])
+    irt = sm.assign(method="irt", **tag)
+    avg = sm.assign(method="avg", estimate=sm["naive"], lo=np.nan, hi=np.nan, **tag)
+    st = pd.concat([irt, avg], ignore_index=True)
+    st["error"] = st["estimate"] - st["truth"]
+    st["abs_error"] = st["error"].abs()
+    inside = (st["lo"] <= st["truth"]) & (st["truth"] <= st["hi"])
+    st["covered"] = np.where((st["method"] == "irt") & st["lo"].notna(), inside, np.nan)
+    out["stats"].append(st[[*gcols, "budget", "seed", "design", "statistic", "method", "estimate", "truth", "error",
+                            "abs_error", "lo", "hi", "covered"]])
+    u = est.units.merge(tu, on=[*gcols, spec.unit])
+    u["err_irt"] = (u["estimate"] - u["accuracy"]).abs()
+    u["err_avg"] = (u["observed"] - u["accuracy"]).abs()
+    u["cov"] = np.where(u["lo"].notna(), (u["lo"] <= u["accuracy"]) & (u["accuracy"] <= u["hi"]), np.nan)
+    out["units"].append(u.groupby(gcols).agg(mae_irt=("err_irt", "mean"), mae_avg=("err_avg", "mean"),
+                                             coverage=("cov", "mean")).reset_index().assign(**tag))
+    ext = []
+    for key, g in u.groupby(gcols, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        acc = g.set_index(spec.unit)["accuracy"]
+        for method, col in (("irt", "estimate"), ("avg", "observed")):
+            e = g.set_index(spec.unit)[col]
+            if e.isna().all():
+                continue
+            for which, pick in (("best", e.idxmax()), ("worst", e.idxmin())):
+                true_u = acc.idxmax() if which == "best" else acc.idxmin()
+                regret = (acc.max() - acc[pick]) if which == "best" else (acc[pick] - acc.min())
+                ext.append({**dict(zip(gcols, key)), "method": method, "which": which, "unit": pick,
+                            "true_unit": true_u, "hit": pick == true_u, "regret": regret, **tag})
+    out["extremes"].append(pd.DataFrame(ext))
+    if "model" in gcols:
+        dcols = [c for c in gcols if c != "model"]
+        rk = []
+        for dkey, g in (u.groupby(dcols, sort=True) if dcols else [((), u)]):
+            if g["model"].nunique() < 2:
+                continue
+            dkey = dkey if isinstance(dkey, tuple) else (dkey,)
+            for method, col in (("irt", "estimate"), ("avg", "observed")):
+                taus = []
+                for _, gu in g.groupby(spec.unit):
+                    if gu[col].notna().all() and gu["accuracy"].nunique() > 1 and gu[col].nunique() > 1:
+                        taus.append(sps.kendalltau(gu[col], gu["accuracy"]).statistic)
+                rk.append({**dict(zip(dcols, dkey)), "method": method, "kendall_tau": np.nanmean(taus) if taus else np.nan,
+                           "n_units": len(taus), **tag})
+        out["ranking"].append(pd.DataFrame(rk))
+    out["cells"].append(est.budget.assign(**tag))
+
+
+def summarize_curves(curves: dict[str, pd.DataFrame], by: Sequence[str] = ("budget",)) -> pd.DataFrame:
+    """One row per ``by`` x method: mean absolute error of the mean and of the quantiles (pp, averaged over
+    groups and seeds), worst absolute quantile error, interval coverage (irt), best-unit hit rate and regret,
+    Kendall tau (where rankings exist) and mean cells observed."""
+    by = list(by)
+    st = curves["stats"]
+    q = st[st["statistic"].str.match(r"q\d\d")]
+    m = st[st["statistic"] == "mean"]
+    res = (m.groupby([*by, "method"])["abs_error"].mean().rename("mean_abs_err").to_frame()
+           .join(q.groupby([*by, "method"])["abs_error"].mean().rename("quantile_abs_err"))
+           .join(q.groupby([*by, "method"])["abs_error"].max().rename("quantile_abs_err_max"))
+           .join(st[st["method"] == "irt"].groupby([*by, "method"])["covered"].mean().rename("coverage")))
+    ex = curves["extremes"]
+    if len(ex):
+        b = ex[ex["which"] == "best"].groupby([*by, "method"]).agg(best_hit=("hit", "mean"), best_regret=("regret", "mean"))
+        res = res.join(b)
+    if len(curves.get("ranking", [])):
+        res = res.join(curves["ranking"].groupby([*by, "method"])["kendall_tau"].mean())
+    cells = curves["cells"].groupby(by).agg(n_observed=("n_observed", "mean"), n_cells=("n_cells", "mean"),
+                                            fraction=("fraction", "mean"))
+    return res.reset_index().merge(cells.reset_index(), on=by)
+
+
+# ================================================================================================ simulation
+def _latent_threshold(acc: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """items x variants 0/1 with exactly round(acc_v * n) ones in column v: correct iff b_i + eps > c_v."""
+    n = len(b)
+    lat = b[:, None] + rng.logistic(size=(n, len(acc)))
+    k = np.rint(np.clip(acc, 0, 1) * n).astype(int)
+    order = np.argsort(-lat, axis=0, kind="stable")
+    y = np.zeros_like(lat, dtype=np.int8)
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(n)[:, None].repeat(len(acc), axis=1), axis=0)
+    y[ranks < k[None, :]] = 1
+    return y
+
+
+def _simulate(table: pd.DataFrame, group: str, unit_cols: list[str], n_items: dict[str, int], tau: float,
+              rho: float, seed: int, max_items: int | None) -> pd.DataFrame:
+    frames = []
+    for ds, gd in table.groupby(group, sort=True):
+        n = int(n_items[ds]) if ds in n_items else None
+        if n is None:
+            raise DataError(f"simulate: no item count for {group} {ds!r}; pass n_items")
+        if max_items:
+            n = min(n, int(max_items))
+        rng = np.random.default_rng([seed, sum(map(ord, str(ds)))])
+        z = rng.standard_normal(n)
+        for model, gm in gd.groupby("model", sort=True):
+            gm = gm.sort_values(unit_cols)
+            b = tau * (rho * z + np.sqrt(1 - rho ** 2) * rng.standard_normal(n))
+            y = _latent_threshold(gm["accuracy"].to_numpy(float) / 100, b, rng)
+            rep = gm[unit_cols].loc[gm.index.repeat(n)].reset_index(drop=True)
+            frames.append(rep.assign(dataset=ds, model=model,
+                                     question=np.tile([f"i{i:05d}" for i in range(n)], len(gm)),
+                                     correct=y.T.ravel().astype(float)))
+    return pd.concat(frames, ignore_index=True)
+
+
+def simulate_format_grid(published: pd.DataFrame | None = None, datasets: Sequence[str] | None = None,
+                         models: Sequence[str] | None = None, tau: float = 2.0, rho: float = 0.8, seed: int = 0,
+                         max_items: int | None = None, n_items: dict[str, int] | None = None) -> pd.DataFrame:
+    """Complete simulated grids for Tabs. 8-12 (see the module docstring for exactly what is simulated):
+    a cell frame ``dataset, model, question, format, option_id_set, delimiter, separator, correct`` (the column
+    names of the runs), one row per item x format x model."""
+    from . import formatbias as fb
+
+    pub = fb.load_published_results() if published is None else published
+    if datasets is not None:
+        pub = pub[pub["dataset"].isin(datasets)]
+    if models is not None:
+        pub = pub[pub["model"].isin(models)]
+    pub = pub.rename(columns={"option_ids": "option_id_set"}).copy()
+    pub["format"] = pub["option_id_set"] + "-" + pub["delimiter"] + "-" + pub["separator"]
+    return _simulate(pub, "dataset", ["format", "option_id_set", "delimiter", "separator"],
+                     {**FORMAT_ITEMS, **(n_items or {})}, tau, rho, seed, max_items)
+
+
+def simulate_promptception_grid(published: pd.DataFrame | None = None, benchmarks: Sequence[str] | None = None,
+                                models: Sequence[str] | None = None, tau: float = 2.0, rho: float = 0.8,
+                                seed: int = 0, max_items: int | None = None,
+                                n_items: dict[str, int] | None = None) -> pd.DataFrame:
+    """Complete simulated grids for Promptception's Tables 6-8 (59 / 61 prompts x 10 models x 3 benchmarks):
+    ``dataset`` (= benchmark), ``model, question, prompt_id, category, supercategory, intent, correct``.
+    MVBench's GPT-4o / Gemini 1.5 Pro rows were measured on 100 videos: they get 100 items."""
+    from . import promptception as pc
+
+    pub = pc.load_published_accuracy() if published is None else published
+    if benchmarks is not None:
+        pub = pub[pub["benchmark"].isin(benchmarks)]
+    if models is not None:
+        pub = pub[pub["model"].isin(models)]
+    pub = pub.rename(columns={"benchmark": "dataset"}).copy()
+    pub["prompt_id"] = pub["prompt_id"].astype(str)
+    pub["category"] = pub["prompt_id"].map(pc.prompt_category).astype(str)
+    pub["supercategory"] = pub["prompt_id"].map(pc.prompt_supercategory).astype(str)
+    pub["intent"] = pub["prompt_id"].map(pc.PROMPT_INTENT)
+    items = {**PROMPTCEPTION_ITEMS, **(n_items or {})}
+    parts = []
+    for (ds, subset), g in pub.groupby(["dataset", pub["model"].isin(pc.PROPRIETARY_MODELS) & pub["dataset"].isin(
+            pc.PROPRIETARY_EXCLUDED_BENCHMARKS)], sort=True):
+        n = {ds: 100 if subset else items[ds]}
+        sim = _simulate(g, "dataset", ["prompt_id", "category", "supercategory", "intent"], n, tau, rho,
+                        seed + (7 if subset else 0), max_items)
+        if subset:
+            sim["dataset"] = sim["dataset"] + " (100-video subset)"
+        parts.append(sim)
+    return pd.concat(parts, ignore_index=True)
+
+
+# ================================================================================================ report
+@dataclass
+class ValidationReport:
+    """What notebooks 35 / 42 show: ``detail`` (one budgeted :class:`~mmfragile.metrics.budget.BudgetEstimate`),
+    ``detail_table`` (its statistics next to the full grid's), ``truth_units``, ``curves`` (:func:`error_curves`),
+    ``summary`` (:func:`summarize_curves` by budget), ``at_detail`` (the errors at the detail budget: mean and max
+    absolute error per statistic over grids and seeds), ``seconds`` (estimate of the detail design, and the curves)."""
+
+    detail: object
+    detail_table: pd.DataFrame
+    truth_units: pd.DataFrame
+    curves: dict
+    summary: pd.DataFrame
+    at_detail: pd.DataFrame
+    seconds: dict
+
+
+def validation_report(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[float], n_seeds: int = 3,
+                      design: str = "stratified", n_draws: int = 200, detail_budget: float = 0.05,
+                      level: float = 0.9) -> ValidationReport:
+    """Estimate one ``detail_budget`` design (seed 0) and the error curves over ``budgets`` x ``n_seeds``."""
+    import time
+
+    tu, ts = truth(cells, spec)
+    parts = []
+    for _, g in cells.groupby(_group_cols(cells), sort=True):
+        g = g.reset_index(drop=True)
+        parts.append(hide(g, design_mask(g, spec, detail_budget, 0, design)))
+    t0 = time.perf_counter()
+    est = estimate(pd.concat(parts, ignore_index=True), spec, level=level, n_draws=n_draws, seed=0)
+    t_est = time.perf_counter() - t0
+    gcols = _group_cols(cells)
+    table = est.summary.merge(ts.rename(columns={"unit": "true_unit"}), on=[*gcols, "statistic"])
+    table["error"] = table["estimate"] - table["truth"]
+    t0 = time.perf_counter()
+    curves = error_curves(cells, spec, budgets, seeds=range(n_seeds), design=design, level=level, n_draws=n_draws)
+    t_cur = time.perf_counter() - t0
+    summary = summarize_curves(curves)
+    summary.attrs["level"] = level
+    st = curves["stats"]
+    at = st[np.isclose(st["budget"].astype(float), detail_budget)]
+    at_detail = at.groupby(["method", "statistic"])["abs_error"].agg(["mean", "max"]).reset_index()
+    return ValidationReport(est, table, tu, curves, summary, at_detail,
+                            {"detail_estimate": t_est, "curves": t_cur})

@@ -1,0 +1,239 @@
+"""Budgeted estimates (mmfragile.metrics.budget, mmfragile.budget): the estimator against scikit-learn and exact
+complete-grid values, the designs' balance / nesting / determinism, the simulations against the published tables,
+budgeted runs through the real engine (tiny-vlm) and the 5 % target on the committed embedded grid."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from mmfragile.metrics import budget as bd
+from mmfragile.metrics import budget_validation as bv
+from mmfragile.schema import DataError
+
+
+def _grid(n_q: int = 24, seed: int = 0) -> pd.DataFrame:
+    """A complete 48-format x circular grid from a known logistic model: format-factor effects, a position bias
+    and question difficulties (4 options, so 4 shifts per question)."""
+    from mmfragile.prompts.formats import all_formats
+
+    rng = np.random.default_rng(seed)
+    fx = {"uppercase": 0.4, "lowercase": -0.3, "numbers": 0.1, "roman": -1.2, "dot": 0.2, "colon": 0.0,
+          "bracket": -0.1, "double_brackets": -0.6, "line_break": 0.1, "comma": 0.0, "semicolon": -0.1}
+    rows = []
+    for q in range(n_q):
+        b, a0 = rng.normal(0, 1.5), int(rng.integers(4))
+        for f in all_formats():
+            for s in range(4):
+                pos = (a0 - s) % 4
+                eta = b + fx[f.option_ids] + fx[f.delimiter] + fx[f.separator] + (0.8 if pos == 0 else -0.2 * pos)
+                rows.append({"question": f"q{q}", "format": f.name, "option_id_set": f.option_ids, "delimiter": f.delimiter,
+                             "separator": f.separator, "shift": s, "answer_position": pos,
+                             "correct": float(rng.random() < 1 / (1 + np.exp(-eta)))})
+    return pd.DataFrame(rows).assign(model="m", dataset="d")
+
+
+def test_map_equals_scikit_learn_logistic_regression():
+    g = _grid(8)
+    mask = np.zeros(len(g), bool)
+    mask[bd.stratified_order(g, bd.FORMAT_BIAS, 600, seed=1)] = True
+    h = bv.hide(g, mask)
+    fit = bd.fit_irt(h, bd.FORMAT_BIAS, prior="fixed")
+    from sklearn.linear_model import LogisticRegression
+
+    sd = np.array([t.sd for t in fit.design.terms])[fit.design.term_of]
+    X = fit.design.X[mask] @ sp.diags(sd)                          # prior N(0, sd^2) = L2 on scaled columns
+    Xf = sp.vstack([X, sp.csr_matrix((2, X.shape[1]))]).tocsr()   # the two half pseudo-observations at 0
+    y = g["correct"].to_numpy()[mask]
+    lr = LogisticRegression(C=1.0, tol=1e-12, max_iter=20000).fit(Xf, np.r_[y, 0, 1],
+                                                                  sample_weight=np.r_[np.ones(len(y)), .5, .5])
+    ref = np.r_[lr.intercept_, lr.coef_.ravel() * sd]
+    assert np.abs(fit.coef - ref).max() < 1e-4
+
+
+def test_laplace_blocks_equal_the_dense_inverse_hessian():
+    """The Schur-complement solves, variances and draws equal the plain dense algebra on [1 | X]^T W [1 | X] + P."""
+    g = _grid(5)
+    mask = np.zeros(len(g), bool)
+    mask[bd.stratified_order(g, bd.FORMAT_BIAS, 300, seed=0)] = True
+    fit = bd.fit_irt(bv.hide(g, mask), bd.FORMAT_BIAS)
+    X = np.hstack([np.ones((mask.sum(), 1)), fit.design.X[mask].toarray()])
+    p = fit.p[mask]
+    p0 = 1 / (1 + np.exp(-fit.coef[0]))
+    prior = np.r_[p0 * (1 - p0), fit.precision[1:]]                     # intercept: the 2 x 0.5 pseudo-obs
+    H = X.T @ (X * (p * (1 - p))[:, None]) + np.diag(prior)
+    cov = np.linalg.inv(H)
+    np.testing.assert_allclose(fit.hessian.dense_inverse(), cov, atol=1e-8)
+    np.testing.assert_allclose(fit.hessian.posterior_diag(), np.diag(cov), atol=1e-8)
+    draws = fit.hessian.draw(20000, np.random.default_rng(0))
+    np.testing.assert_allclose(np.cov(draws[:, :6].T), cov[:6, :6], atol=0.05 * np.abs(cov[:6, :6]).max())
+
+
+def test_complete_grid_estimates_are_the_grid_itself():
+    g = _grid(6)
+    est = bd.estimate(g, bd.FORMAT_BIAS, n_draws=50)
+    acc = g.groupby("format")["correct"].mean() * 100
+    u = est.units.set_index("format")
+    np.testing.assert_allclose(u.loc[acc.index, "estimate"], acc, atol=1e-9)
+    assert (u["hi"] - u["lo"]).abs().max() < 1e-9                   # nothing left unobserved: no uncertainty
+    s = est.summary.set_index("statistic")
+    assert s.loc["mean", "estimate"] == pytest.approx(acc.mean())
+    assert s.loc["q25", "estimate"] == pytest.approx(np.percentile(acc, 25))
+    assert s.loc["best", "unit"] == acc.idxmax() and s.loc["worst", "estimate"] == pytest.approx(acc.min())
+    assert est.budget["fraction"].iloc[0] == 1.0
+
+
+def test_stratified_design_is_balanced_and_nested():
+    g = _grid(10)
+    spec = bd.FORMAT_BIAS
+    a = bd.stratified_order(g, spec, 200, seed=3)
+    assert len(set(a)) == 200
+    per_format = g.iloc[a]["format"].value_counts()
+    assert len(per_format) == 48 and per_format.max() - per_format.min() <= 1
+    per_q = g.iloc[a]["question"].value_counts()
+    assert len(per_q) == 10 and per_q.max() - per_q.min() <= 2
+    # within a question the shifts are used evenly
+    shifts = g.iloc[a].groupby("question")["shift"].agg(lambda s: s.value_counts().max() - s.value_counts().min())
+    assert shifts.max() <= 1
+    # budgets nest and the seed fixes the sequence
+    assert list(bd.stratified_order(g, spec, 80, seed=3)) == list(a[:80])
+    assert list(bd.stratified_order(g, spec, 80, seed=4)) != list(a[:80])
+    assert bd.budget_size(len(g), 0.05) == int(np.ceil(0.05 * len(g))) and bd.budget_size(len(g), 37) == 37
+
+
+def test_adaptive_batch_is_deterministic_and_row_order_free():
+    g = _grid(6)
+    mask = np.zeros(len(g), bool)
+    mask[bd.stratified_order(g, bd.FORMAT_BIAS, 150, seed=0)] = True
+    h = bv.hide(g, mask)
+    a = bd.adaptive_batch(h, bd.FORMAT_BIAS, 20, seed=0)
+    assert len(a) == 20 and len(set(a)) == 20 and not mask[a].any()
+    perm = np.random.default_rng(1).permutation(len(h))
+    b = bd.adaptive_batch(h.iloc[perm].reset_index(drop=True), bd.FORMAT_BIAS, 20, seed=0)
+    assert sorted(perm[b]) == sorted(a)
+
+
+def test_estimate_refuses_bad_outcomes():
+    g = _grid(2)
+    g.loc[3, "correct"] = 2
+    with pytest.raises(DataError, match="row 3"):
+        bd.estimate(g, bd.FORMAT_BIAS)
+    with pytest.raises(DataError, match="lacks column"):
+        bd.estimate(g.drop(columns="shift"), bd.FORMAT_BIAS)
+
+
+def test_simulated_grids_reproduce_the_published_tables():
+    from mmfragile.metrics import formatbias as fb
+    from mmfragile.metrics import promptception as pc
+
+    sim = bv.simulate_format_grid(datasets=["HRBench-4K"], models=["LLaVA-1.5", "Phi-4"])
+    spec = bv.simulation_spec(bd.FORMAT_BIAS)
+    tu, _ = bv.truth(sim, spec)
+    pub = fb.load_published_results().query("dataset == 'HRBench-4K' and model in ['LLaVA-1.5', 'Phi-4']")
+    pub = pub.assign(format=pub.option_ids + "-" + pub.delimiter + "-" + pub.separator)
+    m = tu.merge(pub, on=["model", "format"], suffixes=("", "_pub"))
+    assert len(m) == 96 and sim.groupby("model")["question"].nunique().eq(800).all()   # Tab. 5: 800 circular items
+    assert (m["accuracy"] - m["accuracy_pub"]).abs().max() <= 100 / 800 / 2 + 1e-9      # exact to the item
+    ps = bv.simulate_promptception_grid(benchmarks=["MMStar"], models=["GPT-4o"], max_items=300)
+    acc = ps.groupby("prompt_id")["correct"].mean() * 100
+    pub = pc.load_published_accuracy().query("benchmark == 'MMStar' and model == 'GPT-4o'").set_index("prompt_id")
+    assert len(acc) == 59 and (acc - pub.loc[acc.index, "accuracy"]).abs().max() <= 100 / 300 / 2 + 1e-9
+
+
+def test_estimator_beats_the_per_format_average_on_a_simulated_grid():
+    """PromptEval's finding (their Fig. 3) on a simulated Tab. 9 grid: at 5 % of the cells the model-based
+    quantiles are closer to the full grid than the quantiles of the per-format observed means."""
+    sim = bv.simulate_format_grid(datasets=["HRBench-4K"], models=["LLaVA-1.5", "Qwen-2.5-VL"], max_items=300)
+    cur = bv.error_curves(sim, bv.simulation_spec(bd.FORMAT_BIAS), [0.05], seeds=[0, 1], n_draws=0)
+    s = bv.summarize_curves(cur).set_index("method")
+    assert s.loc["irt", "quantile_abs_err"] < 0.6 * s.loc["avg", "quantile_abs_err"]
+    assert s.loc["irt", "kendall_tau"] >= s.loc["avg", "kendall_tau"]
+
+
+def _errors(cells, design, seed):
+    spec = bd.FORMAT_BIAS
+    truth = bv.truth(cells, spec)[1].set_index("statistic")["truth"]
+    est = bd.estimate(bv.hide(cells, bv.design_mask(cells, spec, 0.05, seed, design)), spec, n_draws=0)
+    assert est.budget["n_observed"].iloc[0] == 108                          # 5 % of 2,160 cells
+    return (est.summary.set_index("statistic")["estimate"] - truth).abs()
+
+
+def test_five_percent_of_the_embedded_grid():
+    """Issue 13's target on a fixed complete grid - the committed smollm2-vlm x easy-VQA grid (20 questions,
+    48 formats x circular shifts = 2,160 cells): from 5 % of the cells (108 model calls) the 48-format mean
+    within 1 pp and the quantiles within 2 pp of the full grid.
+
+    Measured on this grid (the same code; notebook 35 shows the curves):
+    * adaptive design, seeds 0-9: mean |error| max 0.70 pp (10/10 within 1 pp); 50/75/95 % quantiles max
+      0.62 pp; 25 % quantile mean 0.99, max 2.09 pp (9/10 within 2 pp); 5 % quantile mean 3.0, max 6.5 pp
+      (3/10 within 2 pp);
+    * stratified design, seeds 0-19: mean |error| mean 0.61, max 2.12 pp (17/20 within 1 pp); 50-95 %
+      quantiles max 1.23 pp; 25 % quantile mean 1.13, max 3.03 pp; 5 % quantile mean 6.0, max 13.3 pp.
+    So the target is met for the mean and the 25-95 % quantiles with the adaptive design and NOT for the 5 %
+    quantile: it lies among the 3-4 formats the model cannot answer in (lowercase IDs with double brackets:
+    coverage 0-4 %; with a colon: 44-56 %), and 108 cells leave about 2 per format - whether a lowercase-colon
+    format scores 20 or 30 % is not in the data. The asserted bounds are the target where it is met and the
+    measured maximum (rounded up) where it is not; the seeds are the first ones, not picked."""
+    cells = bv.load_embedded_grid()
+    assert len(cells) == 2160 and cells["question"].nunique() == 20
+    for seed in (0, 1):
+        e = _errors(cells, "adaptive", seed)
+        assert e["mean"] <= 1.0
+        assert e[["q25", "q50", "q75", "q95"]].max() <= 2.0
+        assert e["q05"] <= 7.0                                                 # target 2 pp: not reached, see above
+    strat = pd.DataFrame([_errors(cells, "stratified", seed) for seed in range(5)])
+    assert strat["mean"].mean() <= 1.0 and strat[["q50", "q75", "q95"]].max().max() <= 2.0
+    assert strat["q25"].max() <= 3.1 and strat["q05"].max() <= 13.5             # measured maxima (20 seeds)
+
+
+# ---------------------------------------------------------------------------------------------- runs
+@pytest.fixture(scope="module")
+def tiny_items(tiny_vlm, synthetic):
+    from mmfragile.evaluate import format_bias_items
+
+    return format_bias_items(tiny_vlm, synthetic.head(2), include_standard=False)
+
+
+def _done(store, items, name):
+    return {tuple(it.key[c] for c in ("question_id", "variant")) for it in items
+            if store.is_done({"model": name, **it.key})}
+
+
+def test_budgeted_run_is_resumable_and_budgets_nest(tiny_vlm, tiny_items, tmp_path):
+    from mmfragile.budget import run_budgeted
+    from mmfragile.store import ResultStore
+
+    spec = bd.FORMAT_BIAS
+    full = ResultStore(tmp_path / "a", config={"study": "format-bias"})
+    run_budgeted(tiny_vlm, tiny_items, full, spec, 0.1, seed=2, progress=False)
+    want = _done(full, tiny_items, tiny_vlm.name)
+    assert len(want) == bd.budget_size(len(tiny_items), 0.1)
+    killed = ResultStore(tmp_path / "b", config={"study": "format-bias"})
+    run_budgeted(tiny_vlm, tiny_items, killed, spec, 0.1, seed=2, progress=False, stop_after=10, flush_every=5)
+    assert 0 < len(killed) < len(want)
+    run_budgeted(tiny_vlm, tiny_items, killed, spec, 0.1, seed=2, progress=False)
+    assert _done(killed, tiny_items, tiny_vlm.name) == want
+    run_budgeted(tiny_vlm, tiny_items, full, spec, 0.2, seed=2, progress=False)
+    more = _done(full, tiny_items, tiny_vlm.name)
+    assert want < more and len(more) == bd.budget_size(len(tiny_items), 0.2)
+
+
+def test_adaptive_run_depends_only_on_store_and_seed(tiny_vlm, tiny_items, tmp_path):
+    from mmfragile.budget import attach_outcomes, format_bias_cells, item_cells, run_budgeted
+    from mmfragile.store import ResultStore
+
+    spec = bd.FORMAT_BIAS
+    sets = []
+    for name in ("x", "y"):
+        st = ResultStore(tmp_path / name, config={"study": "format-bias"})
+        run_budgeted(tiny_vlm, tiny_items, st, spec, 0.12, seed=5, adaptive=True, batch=8, progress=False)
+        sets.append(_done(st, tiny_items, tiny_vlm.name))
+    assert sets[0] == sets[1] and len(sets[0]) == bd.budget_size(len(tiny_items), 0.12)
+    # the store alone rebuilds the same grid as the items (answer positions from option IDs and shifts)
+    cells = attach_outcomes(item_cells(tiny_items, spec), st, tiny_vlm.name)
+    rebuilt = format_bias_cells(st.read())
+    m = rebuilt.merge(cells, on=["dataset", "question_id", "variant"], suffixes=("", "_items"))
+    assert len(m) == len(cells) == len(rebuilt)
+    assert (m["answer_position"] == m["answer_position_items"]).all()
+    assert (m["correct"].fillna(-1) == m["correct_items"].fillna(-1)).all()
