@@ -4,7 +4,7 @@ Commands
   reproduce   run notebooks/pipeline.yaml: every notebook over its grid -> figures/ and papermill_runs/
   grid        run one notebook over a parameter grid (-p key v1,v2 ...)
   formats     run the format-bias grid (48 formats x circular shifts) for a model and dataset into a store
-  prepare     build/convert the embedded default models and data once (offline)
+  prepare     build/convert the embedded models, the model zoo and data once (offline)
 """
 from __future__ import annotations
 
@@ -81,9 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "prepare":
         from .data.synthetic import make_synthetic_vqa
         from .models.embedded import EMBEDDED_MODELS, embedded_model_path
+        from .models.zoo import ZOO_MODELS, zoo_model_path
 
         for name in EMBEDDED_MODELS:
             print(name, embedded_model_path(name))
+        for name in ZOO_MODELS:  # committed tower weights + the LM -> LLaVA checkpoints (seconds each)
+            print(name, zoo_model_path(name))
         print("synthetic-vqa:", len(make_synthetic_vqa(0)), "questions")
     return 0
 

