@@ -30,7 +30,6 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     lms = a.lm or sorted(zoo.LMS)
     specs = [s for s in zoo.ZOO_SPECS if s.lm in lms]
-    records = zoo.zoo_records()
     if not a.no_train:
         t = time.perf_counter()
         data = zoo.training_data()
@@ -43,7 +42,6 @@ def main() -> None:
                 r = dict(vars(rec), steps=s.steps, run_steps=rec.steps, description=s.description,
                          vision_accuracy=zoo.vision_accuracy(states[s.steps], lm, held_out))
                 zoo.save_weights(s.name, states[s.steps], r)
-                records[s.name] = r
                 print(s.name, f"train {rec.train_seconds:.0f} s (whole run)", r["vision_accuracy"])
     if a.mc:
         qs = load_easy_vqa("test", n=a.mc, seed=0)
@@ -53,9 +51,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as d:
                 mc = zoo.mc_accuracy(model, qs, d, progress=True)
             mc["prompts_per_s"] = round(mc["n_items"] / (time.perf_counter() - t), 2)
-            records = zoo.zoo_records()
-            r = dict(records.get(s.name, {}), easy_vqa_test=mc)
-            zoo.save_weights(s.name, zoo.load_weights(s.name), r)
+            zoo.save_record(s.name, dict(zoo.zoo_records().get(s.name, {}), easy_vqa_test=mc))
             print(s.name, mc)
             del model
 

@@ -367,10 +367,15 @@ def save_weights(name: str, state: dict[str, torch.Tensor], record: dict, folder
     path = folder / f"{name}.safetensors"
     save_file({k: v.to(torch.float16).contiguous() for k, v in state.items()}, str(path),
               metadata={"model": name, "lm": zoo_spec(name).lm})
+    save_record(name, record, folder)
+    return path
+
+
+def save_record(name: str, record: dict, folder: Path | None = None) -> None:
+    folder = folder or weights_dir()
     records = zoo_records(folder)
     records[name] = record
     (folder / "zoo.json").write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
-    return path
 
 
 def zoo_records(folder: Path | None = None) -> dict[str, dict]:
