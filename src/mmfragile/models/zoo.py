@@ -232,7 +232,7 @@ def _lm_embeddings(lm: ZooLM, token_ids: torch.Tensor) -> tuple[torch.Tensor, ob
     return emb, model.config
 
 
-FILLER = "\n"  # free image-token slots read as blank lines (chosen by the caption study in README)
+FILLER = "\n"  # free image-token slots read as blank lines before the caption (one token in both tokenizers)
 
 
 @dataclass
