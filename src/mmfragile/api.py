@@ -2,7 +2,10 @@
 
 Model specs:
 
-* ``smollm2`` | ``smollm2-vlm`` | ``tiny-vlm`` (optionally ``@seed``, e.g. ``smollm2-vlm@1``) - embedded defaults;
+* ``smollm2`` | ``gemma3`` | ``smollm2-vlm`` | ``tiny-vlm`` (optionally ``@seed``, e.g. ``smollm2-vlm@1``) - embedded
+  defaults (the ``-vlm`` ones have RANDOM vision towers: for tests);
+* ``zoo-smollm2-good`` | ``zoo-smollm2-weak`` | ``zoo-gemma3-good`` | ``zoo-gemma3-weak`` - the model zoo: real
+  LMs with trained vision towers (:mod:`mmfragile.models.zoo`);
 * a local folder with a ``transformers`` checkpoint (``/models/llava-1.5-7b-hf``) or a model id already in
   the HF cache (set ``HF_HUB_OFFLINE=1`` so nothing is downloaded);
 * ``openai:<base_url>::<model>`` - an OpenAI-compatible server (vLLM, llama.cpp, an API).
@@ -17,10 +20,13 @@ from pathlib import Path
 from .data.loaders import load_dataset  # noqa: F401  (re-exported)
 from .models.base import MLLM
 from .models.embedded import EMBEDDED_MODELS, EMBEDDED_NOTE, load_embedded
+from .models.zoo import ZOO_MODELS, load_zoo
 
 
 def load_model(spec: str, **kwargs) -> MLLM:
     name, _, seed = spec.partition("@")
+    if spec in ZOO_MODELS:
+        return load_zoo(spec, **kwargs)
     if name in EMBEDDED_MODELS:
         m = load_embedded(name, seed=int(seed or 0), **kwargs)
         if seed:
@@ -49,4 +55,6 @@ def figure_note(model_spec: str) -> str | None:
         return EMBEDDED_NOTE
     if name == "smollm2":
         return "embedded default: SmolLM2-135M-Instruct (text only)"
+    if name == "gemma3":
+        return "embedded: Gemma-3-270M base (text only)"
     return None

@@ -9,7 +9,7 @@ Commands
   promptception  Promptception prompt types for a model and dataset into a store (same --shard / --workers)
   judge       MM-JudgeBias judgments of a judge on the synthetic judge set (same --shard / --workers)
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
-  prepare     build/convert the embedded default models and data once (offline)
+  prepare     build/convert the embedded models, the model zoo and data once (offline)
 """
 from __future__ import annotations
 
@@ -216,9 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "prepare":
         from .data.synthetic import make_synthetic_vqa
         from .models.embedded import EMBEDDED_MODELS, embedded_model_path
+        from .models.zoo import ZOO_MODELS, zoo_model_path
 
         for name in EMBEDDED_MODELS:
             print(name, embedded_model_path(name))
+        for name in ZOO_MODELS:  # committed tower weights + the LM -> LLaVA checkpoints (seconds each)
+            print(name, zoo_model_path(name))
         print("synthetic-vqa:", len(make_synthetic_vqa(0)), "questions")
     return 0
 

@@ -27,6 +27,12 @@ def easy_vqa_root() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "data"
 
 
+def image_colours() -> list[str]:
+    """The colour answers of easy-VQA (every answer that is neither a shape nor yes/no)."""
+    answers = [a.strip() for a in (easy_vqa_root() / "answers.txt").read_text().splitlines() if a.strip()]
+    return [a for a in answers if a not in SHAPES + YES_NO]
+
+
 def load_easy_vqa(split: str = "test", n: int | None = 200, seed: int = 0, max_options: int = 5) -> pd.DataFrame:
     """The first ``n`` questions of a split (a seeded sample of questions if ``n`` is smaller), as MC."""
     root = easy_vqa_root()
@@ -34,8 +40,7 @@ def load_easy_vqa(split: str = "test", n: int | None = 200, seed: int = 0, max_o
     if not qfile.is_file():
         raise DataError(f"easy-vqa split {split!r} not found at {qfile}")
     records = json.loads(qfile.read_text())
-    answers = [a.strip() for a in (root / "answers.txt").read_text().splitlines() if a.strip()]
-    colours = [a for a in answers if a not in SHAPES + YES_NO]
+    colours = image_colours()
     rng = np.random.default_rng(seed)
     idx = np.arange(len(records)) if n is None or n >= len(records) else np.sort(rng.choice(len(records), n, replace=False))
     qs = []
@@ -53,3 +58,30 @@ def load_easy_vqa(split: str = "test", n: int | None = 200, seed: int = 0, max_o
         qs.append(MCQuestion("easy-vqa", f"{split}-{int(i)}", text[0].upper() + text[1:], opts, opts.index(answer),
                              [str(img)], cat, "image"))
     return validate_questions(questions_frame(qs), source=str(qfile))
+
+
+def image_attributes(split: str = "train") -> dict[str, dict[str, str]]:
+    """Shape and colour of each easy-VQA image of ``split`` as its questions state them (``{path: {"shape": ...,
+    "colour": ...}}``; an attribute no question reveals is absent). A yes/no question reveals the attribute it
+    names when it is present: "is there a red shape?" -> yes, "is there not a circle?" -> no. Contradicting
+    questions raise DataError naming the row."""
+    root = easy_vqa_root()
+    qfile = root / split / "questions.json"
+    if not qfile.is_file():
+        raise DataError(f"easy-vqa split {split!r} not found at {qfile}")
+    colours = image_colours()
+    out: dict[str, dict[str, str]] = {}
+    for row, (text, answer, image_id) in enumerate(json.loads(qfile.read_text())):
+        words = text.rstrip("?").split()
+        negated = "not" in words or "no" in words
+        if answer in YES_NO:
+            named = [w for w in words if w in SHAPES or w in colours] if (answer == "yes") != negated else []
+        else:
+            named = [answer]
+        facts = out.setdefault(str(root / split / "images" / f"{image_id}.png"), {})
+        for w in named:
+            key = "shape" if w in SHAPES else "colour"
+            if facts.setdefault(key, w) != w:
+                raise DataError(f"{qfile}, row {row}: says the {key} of image {image_id} is {w!r}, "
+                                f"another question says {facts[key]!r}")
+    return out

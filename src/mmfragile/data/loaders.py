@@ -793,7 +793,11 @@ def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: 
     if spec in ("synthetic-vqa", "synthetic"):
         df = make_synthetic_vqa(seed)
     elif spec == "synthetic-image":
-        df = make_synthetic_vqa(seed).query("modality == 'image'").reset_index(drop=True)
+        # the first n of the four image kinds in turn (count, colour, shape, position, count, ...)
+        per_kind = max(10, -(-(n or 0) // 4))
+        df = make_synthetic_vqa(seed, n_per_kind=per_kind).query("modality == 'image'")
+        df = df.assign(_i=df.groupby("category").cumcount()).sort_values("_i", kind="stable")
+        df = df.drop(columns="_i").reset_index(drop=True)
     elif spec == "synthetic-text":
         df = make_synthetic_vqa(seed).query("modality == 'text'").reset_index(drop=True)
     elif spec == "easy-vqa":

