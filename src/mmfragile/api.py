@@ -5,7 +5,10 @@ Model specs:
 * ``smollm2`` | ``smollm2-vlm`` | ``tiny-vlm`` (optionally ``@seed``, e.g. ``smollm2-vlm@1``) - embedded defaults;
 * a local folder with a ``transformers`` checkpoint (``/models/llava-1.5-7b-hf``) or a model id already in
   the HF cache (set ``HF_HUB_OFFLINE=1`` so nothing is downloaded);
-* ``openai:<base_url>::<model>`` - an OpenAI-compatible server (vLLM, llama.cpp, an API).
+* ``openai:<base_url>::<model>`` - an OpenAI-compatible server (vLLM, llama.cpp, an API);
+* ``vllm:<any of the above local specs>`` (or ``backend="vllm"``) - the same checkpoint in an offline vLLM
+  engine (:class:`mmfragile.models.vllm_backend.VLLMModel`; run from the environment
+  ``scripts/install_vllm.sh`` creates). Keyword arguments go to the engine (``tensor_parallel_size``, ...).
 
 Dataset specs: see :func:`mmfragile.data.loaders.load_dataset`.
 """
@@ -19,7 +22,13 @@ from .models.base import MLLM
 from .models.embedded import EMBEDDED_MODELS, EMBEDDED_NOTE, load_embedded
 
 
-def load_model(spec: str, **kwargs) -> MLLM:
+def load_model(spec: str, backend: str = "hf", **kwargs) -> MLLM:
+    if spec.startswith("vllm:"):
+        spec, backend = spec[len("vllm:"):], "vllm"
+    if backend == "vllm":
+        return _load_vllm(spec, **kwargs)
+    if backend != "hf":
+        raise ValueError(f"backend must be 'hf' or 'vllm', not {backend!r}")
     name, _, seed = spec.partition("@")
     if name in EMBEDDED_MODELS:
         m = load_embedded(name, seed=int(seed or 0), **kwargs)
@@ -40,13 +49,21 @@ def load_model(spec: str, **kwargs) -> MLLM:
     return HFModel.from_pretrained(spec, **kwargs)
 
 
-def figure_note(model_spec: str) -> str | None:
-    """The footer every figure made with a random-weight embedded model carries."""
-    name = model_spec.partition("@")[0]
-    if name == "tiny-vlm":
-        return "embedded tiny-vlm: RANDOM weights throughout (a test model, not a real VLM)"
-    if name in ("smollm2-vlm", "smollm2-vlm-hd"):
-        return EMBEDDED_NOTE
-    if name == "smollm2":
-        return "embedded default: SmolLM2-135M-Instruct (text only)"
-    return None
+def _load_vllm(spec: str, **kwargs) -> MLLM:
+    from .models.embedded import embedded_model_path
+    from .models.vllm_backend import VLLMModel
+
+    name, _, seed = spec.partition("@")
+    if name in EMBEDDED_MODELS:
+        return VLLMModel(embedded_model_path(name, int(seed or 0)), name=spec, **kwargs)
+    if Path(spec).exists():
+        return VLLMModel(spec, **kwargs)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:  # a model id already in the HF cache, as for the HF backend; never a download
+        path = snapshot_download(spec, local_files_only=True)
+    except (LocalEntryNotFoundError, ValueError) as e:
+        raise FileNotFoundError(f"vllm:{spec}: neither an embedded model, a local folder nor a model id in the "
+                                f"local HF cache ({e})") from e
+    return VLLMModel(path, name=spec.rsplit("/", 1)[-1], **kwargs)

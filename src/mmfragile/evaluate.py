@@ -55,12 +55,17 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     """Evaluate the items not yet in ``store`` and return the store's full table.
 
     ``mode``: ``"engine"`` (prefix-sharing engine; HF models only), ``"generate"`` (one ``generate`` per
-    batch - the naive path), or ``"auto"`` (engine where supported). ``stop_after`` ends the run after that
+    batch - the naive path), or ``"auto"`` (engine where supported; else a backend's own
+    ``generate_with_option_logits`` - vLLM: answers and option-ID log-probabilities in one request, at least
+    ``model.batch_size`` prompts per call - else ``generate``). ``stop_after`` ends the run after that
     many new rows (used to simulate a killed run in tests)."""
     if mode not in ("auto", "engine", "generate"):
         raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
     use_engine = mode == "engine" or (mode == "auto" and engine_supported(model))
     engine = PrefixSharingEngine(model, batch_size=batch_size) if use_engine else None
+    scored = mode == "auto" and not use_engine and hasattr(model, "generate_with_option_logits")
+    if scored:
+        batch_size = max(batch_size, getattr(model, "batch_size", batch_size))
     todo = [it for it in items if not store.is_done({"model": model.name, **it.key})]
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
                unit="q", smoothing=0.05)
@@ -78,6 +83,9 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
                                     max(it.max_new_tokens for it in chunk))
             raws = [o.text for o in outs]
             logits = [o.option_logits for o in outs]
+        elif scored:
+            raws, logits = model.generate_with_option_logits([it.prompt for it in chunk], [it.option_ids for it in chunk],
+                                                             max(it.max_new_tokens for it in chunk))
         else:
             raws = model.generate([it.prompt for it in chunk], max_new_tokens=max(it.max_new_tokens for it in chunk))
             logits = [None] * len(chunk)
