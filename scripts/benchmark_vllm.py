@@ -5,7 +5,7 @@ Every backend evaluates the same format-bias items (48 formats + standard x circ
 ``scripts/install_vllm.sh``), after its model is loaded and warmed up on an unrelated prompt. Prints
 prompts/second, the ratios, start-up time, and whether every backend's answers equal the HF engine's.
 
-    python scripts/benchmark_vllm.py                                  # smollm2, 11 text questions
+    python scripts/benchmark_vllm.py                                  # smollm2, 3 text questions (539 prompts)
     python scripts/benchmark_vllm.py --model smollm2-vlm --dataset synthetic-image --questions 3
     python scripts/benchmark_vllm.py --backends vllm-cache,hf-engine   # a subset
 """
@@ -60,7 +60,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--dataset", default="synthetic-text")
-    ap.add_argument("--questions", type=int, default=11, help="first N questions of the dataset")
+    ap.add_argument("--questions", type=int, default=3, help="first N questions of the dataset")
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--batch-size", type=int, default=16, help="HF generate batch and engine tail batch")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads (HF)")
