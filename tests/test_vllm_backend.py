@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

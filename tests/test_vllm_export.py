@@ -1,4 +1,5 @@
-"""Export of transformers-5 LLaVA checkpoints into the layout vLLM's CLIP module loads (no vLLM needed)."""
+"""The vLLM backend's parts that need no vLLM: the export of transformers-5 LLaVA checkpoints into the layout
+vLLM's CLIP module loads, and the `vllm:` model specs."""
 from __future__ import annotations
 
 import json
@@ -43,3 +44,21 @@ def test_sharded_checkpoint_index_is_renamed_and_text_models_are_not_exported(ti
     text.mkdir()
     (text / "config.json").write_text(json.dumps({"model_type": "llama"}))
     assert not needs_vllm_export(text) and vllm_checkpoint(text) == text.resolve()
+
+
+def test_vllm_specs_without_vllm_say_how_to_get_it():
+    """In the project's own environment (no vLLM) a vllm: spec names the install script; bad backends refuse."""
+    import importlib.util
+
+    import pytest
+
+    from mmfragile.api import load_model
+
+    with pytest.raises(ValueError, match="backend must be 'hf' or 'vllm'"):
+        load_model("smollm2", backend="tgi")
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed in this environment")
+    with pytest.raises(ImportError, match="install_vllm.sh"):
+        load_model("vllm:smollm2")
+    with pytest.raises(ImportError, match="install_vllm.sh"):
+        load_model("smollm2", backend="vllm")

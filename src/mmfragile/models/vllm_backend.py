@@ -37,7 +37,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..paths import cache_dir
-from ..schema import DataError
 from .base import LogLik, MLLM, Prompt
 from .hf import load_image
 
@@ -224,9 +223,7 @@ class VLLMModel(MLLM):
                     raise ValueError(f"continuation {i} is empty after tokenization: {continuations[i]!r}")
                 ids = ids + cids
             req: dict[str, Any] = {"prompt_token_ids": ids}
-            if p.images:
-                if not self.supports_images:
-                    raise DataError(f"{self.name} is a text-only model but the prompt has {len(p.images)} image(s)")
+            if p.images:  # (a text-only model has refused images in render)
                 if len(p.images) > self.max_images_per_prompt:
                     raise ValueError(f"prompt {i} has {len(p.images)} images; this engine was started with "
                                      f"max_images_per_prompt={self.max_images_per_prompt}")
