@@ -188,6 +188,8 @@ class VLLMModel(MLLM):
             # all cores to the model (vLLM keeps one to itself by default), and with one worker the engine
             # runs in this process: no process spawns (a 60-90 s start on 2 cores becomes ~30 s)
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+            # a fixed KV cache; unset, vLLM reserves 92% of RAM and refuses to start if other processes hold it
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
             if tensor_parallel_size == 1:
                 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
                 llm_kwargs.setdefault("distributed_executor_backend", "uni")
