@@ -67,3 +67,15 @@ def _load_vllm(spec: str, **kwargs) -> MLLM:
         raise FileNotFoundError(f"vllm:{spec}: neither an embedded model, a local folder nor a model id in the "
                                 f"local HF cache ({e})") from e
     return VLLMModel(path, name=spec.rsplit("/", 1)[-1], **kwargs)
+
+
+def figure_note(model_spec: str) -> str | None:
+    """The footer every figure made with a random-weight embedded model carries."""
+    name = model_spec.partition("@")[0]
+    if name == "tiny-vlm":
+        return "embedded tiny-vlm: RANDOM weights throughout (a test model, not a real VLM)"
+    if name in ("smollm2-vlm", "smollm2-vlm-hd"):
+        return EMBEDDED_NOTE
+    if name == "smollm2":
+        return "embedded default: SmolLM2-135M-Instruct (text only)"
+    return None
