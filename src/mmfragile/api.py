@@ -8,7 +8,10 @@ Model specs:
   LMs with trained vision towers (:mod:`mmfragile.models.zoo`);
 * a local folder with a ``transformers`` checkpoint (``/models/llava-1.5-7b-hf``) or a model id already in
   the HF cache (set ``HF_HUB_OFFLINE=1`` so nothing is downloaded);
-* ``openai:<base_url>::<model>`` - an OpenAI-compatible server (vLLM, llama.cpp, an API).
+* ``openai:<base_url>::<model>`` - an OpenAI-compatible server (vLLM, llama.cpp, an API);
+* ``vllm:<any of the above local specs>`` (or ``backend="vllm"``) - the same checkpoint in an offline vLLM
+  engine (:class:`mmfragile.models.vllm_backend.VLLMModel`; run from the environment
+  ``scripts/install_vllm.sh`` creates). Keyword arguments go to the engine (``tensor_parallel_size``, ...).
 
 Dataset specs: see :func:`mmfragile.data.loaders.load_dataset`.
 """
@@ -23,7 +26,13 @@ from .models.embedded import EMBEDDED_MODELS, EMBEDDED_NOTE, load_embedded
 from .models.zoo import ZOO_MODELS, load_zoo
 
 
-def load_model(spec: str, **kwargs) -> MLLM:
+def load_model(spec: str, backend: str = "hf", **kwargs) -> MLLM:
+    if spec.startswith("vllm:"):
+        spec, backend = spec[len("vllm:"):], "vllm"
+    if backend == "vllm":
+        return _load_vllm(spec, **kwargs)
+    if backend != "hf":
+        raise ValueError(f"backend must be 'hf' or 'vllm', not {backend!r}")
     name, _, seed = spec.partition("@")
     if spec in ZOO_MODELS:
         return load_zoo(spec, **kwargs)
@@ -44,6 +53,26 @@ def load_model(spec: str, **kwargs) -> MLLM:
     if not Path(spec).exists():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # only the local HF cache, never the network
     return HFModel.from_pretrained(spec, **kwargs)
+
+
+def _load_vllm(spec: str, **kwargs) -> MLLM:
+    from .models.embedded import embedded_model_path
+    from .models.vllm_backend import VLLMModel
+
+    name, _, seed = spec.partition("@")
+    if name in EMBEDDED_MODELS:
+        return VLLMModel(embedded_model_path(name, int(seed or 0)), name=spec, **kwargs)
+    if Path(spec).exists():
+        return VLLMModel(spec, **kwargs)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:  # a model id already in the HF cache, as for the HF backend; never a download
+        path = snapshot_download(spec, local_files_only=True)
+    except (LocalEntryNotFoundError, ValueError) as e:
+        raise FileNotFoundError(f"vllm:{spec}: neither an embedded model, a local folder nor a model id in the "
+                                f"local HF cache ({e})") from e
+    return VLLMModel(path, name=spec.rsplit("/", 1)[-1], **kwargs)
 
 
 def figure_note(model_spec: str) -> str | None:

@@ -60,18 +60,22 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
 
     ``mode``: ``"engine"`` (prefix-sharing engine; refuses with the reason where it cannot be exact),
     ``"generate"`` (one batched ``generate`` per batch - the naive path), or ``"auto"`` (the engine where it is
-    exact; elsewhere - a family it refuses, or a question group whose variants it cannot share - batched
-    ``generate`` plus ``option_logits``, with a warning naming the reason). ``shard`` (``"i/n"`` or a
-    :class:`~mmfragile.shards.Shard`): evaluate only the items of that shard's question groups. The item keys
-    are declared in the store's manifest under the shard's label first, so ``mmfragile merge`` can check the
-    run for completeness. ``stop_after`` ends the run after that many new rows (used to simulate a killed run
-    in tests)."""
+    exact; a backend with its own ``generate_with_option_logits`` - vLLM: answers and option-ID log-probabilities
+    in one request, at least ``model.batch_size`` prompts per call - uses that; elsewhere - a family the engine
+    refuses, or a question group whose variants it cannot share - batched ``generate`` plus ``option_logits``,
+    with a warning naming the reason). ``shard`` (``"i/n"`` or a :class:`~mmfragile.shards.Shard`): evaluate only
+    the items of that shard's question groups. The item keys are declared in the store's manifest under the
+    shard's label first, so ``mmfragile merge`` can check the run for completeness. ``stop_after`` ends the run
+    after that many new rows (used to simulate a killed run in tests)."""
     if mode not in ("auto", "engine", "generate"):
         raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
     shard = Shard.parse(shard)
     if shard.count > 1:
         items = [it for it in items if shard.owns(it.group)]
-    refusal = engine_refusal(model) if mode != "generate" else None
+    scored = mode == "auto" and hasattr(model, "generate_with_option_logits")
+    if scored:
+        batch_size = max(batch_size, getattr(model, "batch_size", batch_size))
+    refusal = engine_refusal(model) if mode != "generate" and not scored else None
     if refusal is not None and mode == "engine":
         raise EngineInexact(f"{model.name}: {refusal}")
     # where the engine is refused in auto mode, a transformers model still stores option logits as the engine does
@@ -79,7 +83,8 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     if refusal is not None and stand_in_logits:  # say so, once
         warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
                       stacklevel=2)
-    engine = PrefixSharingEngine(model, batch_size=batch_size) if mode != "generate" and refusal is None else None
+    engine = (PrefixSharingEngine(model, batch_size=batch_size)
+              if mode != "generate" and refusal is None and not scored else None)
     keys = pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns)
     if items:
         store.declare(keys, shard.label)
@@ -101,7 +106,9 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     for chunk in _chunks(todo, engine is not None, batch_size):
         prompts, option_ids = [it.prompt for it in chunk], [it.option_ids for it in chunk]
         new_tokens = max(it.max_new_tokens for it in chunk)
-        if engine is None:
+        if scored:
+            raws, logits = model.generate_with_option_logits(prompts, option_ids, new_tokens)
+        elif engine is None:
             raws, logits = naive(prompts, option_ids, new_tokens, stand_in_logits)
         else:
             try:

@@ -24,3 +24,12 @@ def seed_path(name: str) -> Path:
         if (c / name).is_file():
             return c / name
     return candidates[0] / name
+
+
+def vllm_venv() -> Path:
+    """The vLLM environment ``scripts/install_vllm.sh`` creates (vLLM pins its own transformers / numpy):
+    ``$MMFRAGILE_VLLM_VENV``, else ``vllm-venv`` in the cache folder. Not created here."""
+    env = os.environ.get("MMFRAGILE_VLLM_VENV")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("MMFRAGILE_CACHE", Path.home() / ".cache" / "mmfragile")) / "vllm-venv"

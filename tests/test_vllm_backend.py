@@ -1,0 +1,192 @@
+"""The vLLM backend computes what the HF backend computes (issue 10), on the embedded models.
+
+vLLM lives in its own environment (``scripts/install_vllm.sh``; ``.ci/run`` creates it). Each model's vLLM
+side runs there through ``tests/vllm_worker.py`` - one engine start per model, ``enforce_eager`` - and is
+compared here with the HF backend: the same token ids, the same greedy answers on a format-bias grid
+(multi-token roman IDs, images, multi-image and video-frame questions), option-ID log-probabilities equal to
+the HF logits' log-softmax, CP-LN log-likelihoods, and the stored run_items table. Marked ``vllm``
+(``-m vllm`` runs only these, ``-m "not vllm"`` skips them); the default set runs them.
+(tiny-vlm is not used: vLLM's CPU attention has no kernel for its 16-wide heads.)
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mmfragile.evaluate import format_bias_items, run_items
+from mmfragile.models.base import Prompt
+from mmfragile.paths import vllm_venv
+from mmfragile.prompts.formats import all_formats, build_cloze_prompt
+from mmfragile.store import ResultStore
+
+pytestmark = pytest.mark.vllm
+REPO = Path(__file__).resolve().parents[1]
+KEY = ["question_id", "variant"]
+
+
+def run_vllm(spec: str, calls: list, tmp: Path) -> dict:
+    """Run ``calls`` on ``vllm:<spec>`` in the vLLM environment; skip only if that environment is absent."""
+    py = vllm_venv() / "bin" / "python"
+    if not py.exists():
+        pytest.skip(f"no vLLM environment at {vllm_venv()}: create it with scripts/install_vllm.sh (.ci/run does)")
+    job, out = tmp / "job.pkl", tmp / "out.pkl"
+    job.write_bytes(pickle.dumps({"spec": spec, "kwargs": {"enforce_eager": True}, "calls": calls}))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    p = subprocess.run([str(py), str(REPO / "tests" / "vllm_worker.py"), str(job), str(out)], env=env,
+                       capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        pytest.fail(f"vLLM worker failed ({p.returncode}):\n{p.stderr[-6000:]}")
+    return pickle.loads(out.read_bytes())
+
+
+def hf_ids(model, prompts) -> list[list[int]]:
+    enc = model.encode(prompts)
+    return [enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist() for i in range(len(prompts))]
+
+
+def assert_same_grid(hf, vl, model, items):
+    """Same answers row for row; vLLM's option scores are log-probabilities: HF logits minus logsumexp."""
+    hf, vl = (t.sort_values(KEY).reset_index(drop=True) for t in (hf, vl))
+    assert len(hf) == len(vl) == len(items)
+    assert (hf[KEY] == vl[KEY]).all().all()
+    assert (hf.raw_output == vl.raw_output).all(), hf[hf.raw_output != vl.raw_output][KEY + ["raw_output"]]
+    assert (hf.correct == vl.correct).all() and (hf.covered == vl.covered).all()
+    assert hf.covered.any()  # the grid scores real answers, not only out-of-coverage text
+    # per row, logit - logprob is one constant (the log-partition function) for every option
+    for a, b in zip(hf.option_logits, vl.option_logits):
+        d = np.asarray(a) - np.asarray(b)
+        assert np.all(np.asarray(b) < 0) and np.ptp(d) < 2e-3, (a, b)
+    # ... and that constant is the HF logsumexp: vLLM's values are the exact log-softmax, not a top-k estimate
+    by_key = {(it.key["question_id"], it.key["variant"]): it for it in items}
+    rows = vl.iloc[:6]
+    its = [by_key[(q, v)] for q, v in zip(rows.question_id, rows.variant)]
+    logp = torch.log_softmax(model.next_token_logits([it.prompt for it in its]), -1)
+    for i, (it, got) in enumerate(zip(its, rows.option_logits)):
+        want = logp[i, [model.first_token_id(c) for c in it.option_ids]].numpy()
+        np.testing.assert_allclose(got, want, atol=2e-3)
+
+
+# ---------------------------------------------------------------------------------------------- text: smollm2
+@pytest.fixture(scope="module")
+def smollm2():
+    from mmfragile.models.embedded import load_embedded
+
+    return load_embedded("smollm2")
+
+
+@pytest.fixture(scope="module")
+def text_case(smollm2, synthetic, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("vllm_text")
+    qs = synthetic[synthetic.modality == "text"].head(2)
+    fmts = [f for f in all_formats() if f.separator == "line_break"]  # 4 ID sets x 4 delimiters
+    items = format_bias_items(smollm2, qs, formats=fmts)
+    cloze = [build_cloze_prompt(r) for r in qs.to_dict("records")]
+    ll_prompts = [cz.to_prompt() for cz in cloze for _ in cz.continuations]
+    ll_conts = [c for cz in cloze for c in cz.continuations]
+    long_p = [Prompt("Write a long sentence about the sea.", system="Be verbose.")]
+    long_c = [" The sea stretches out under a grey sky, waves rolling in one after another, the wind carrying salt "
+              "and the calls of gulls over the harbour where the old boats rest."]
+    gen_prompts = [Prompt("Name three colours."), Prompt("What is 2 plus 3?", assistant_prefix="The answer is"),
+                   Prompt("Say hello.", system="You are terse.")]
+    seeds = [11, 12, 13]
+    calls = [("grid", "run_items", (items, str(tmp / "store"))),
+             ("ids", "prompt_token_ids", ([it.prompt for it in items[:5]] + gen_prompts,)),
+             ("gen", "generate", (gen_prompts, 12)),
+             ("ll", "loglikelihood", (ll_prompts, ll_conts)),
+             ("long1", "loglikelihood", (long_p, long_c)),
+             ("long2", "loglikelihood", (long_p, long_c)),  # now a cached prefix covers scored positions
+             ("stats", "stats", ()),
+             ("sampled", "generate_sampled", (gen_prompts, 5, seeds)),
+             ("sampled_rev", "generate_sampled", (gen_prompts[::-1], 5, seeds[::-1])),
+             ("sampled_same", "generate_sampled", ([gen_prompts[0]] * 3, 5, [1, 2, 3]))]
+    vl = run_vllm("smollm2", calls, tmp)
+    return dict(vl=vl, items=items, gen_prompts=gen_prompts, ll=(ll_prompts, ll_conts), long=(long_p, long_c), tmp=tmp)
+
+
+def test_text_token_ids_are_the_hf_backends(smollm2, text_case):
+    prompts = [it.prompt for it in text_case["items"][:5]] + text_case["gen_prompts"]
+    assert text_case["vl"]["ids"] == hf_ids(smollm2, prompts)
+
+
+def test_text_format_grid_equals_hf_engine(smollm2, text_case):
+    items = text_case["items"]
+    assert len(items) == 102
+    hf = run_items(smollm2, items, ResultStore(text_case["tmp"] / "hf"), mode="engine", progress=False)
+    assert_same_grid(hf, text_case["vl"]["grid"], smollm2, items)
+
+
+def test_text_greedy_generation_equals_hf(smollm2, text_case):
+    assert text_case["vl"]["gen"] == smollm2.generate(text_case["gen_prompts"], max_new_tokens=12)
+
+
+def test_text_loglikelihood_equals_hf_including_cached_prefixes(smollm2, text_case):
+    vl = text_case["vl"]
+    for got, want in zip(vl["ll"], smollm2.loglikelihood(*text_case["ll"])):
+        assert got.n_tokens == want.n_tokens and abs(got.logprob - want.logprob) < 2e-3 * max(1, want.n_tokens)
+    want = smollm2.loglikelihood(*text_case["long"])[0]
+    assert want.n_tokens > 32  # longer than one KV block, so the repeated request hits the prefix cache
+    for k in ("long1", "long2"):
+        assert vl[k][0].n_tokens == want.n_tokens and abs(vl[k][0].logprob - want.logprob) < 0.05
+    assert vl["stats"]["loglik_cache_reruns"] >= 1  # the repeat was detected and recomputed, not read as 0
+
+
+def test_seeded_sampling_depends_on_the_seed_not_the_batch(text_case):
+    vl = text_case["vl"]
+    assert vl["sampled"] == vl["sampled_rev"][::-1]
+    assert len(set(vl["sampled_same"])) > 1  # one prompt, three seeds: three samples, not one greedy text
+
+
+# ---------------------------------------------------------------------------------------------- images: smollm2-vlm
+@pytest.fixture(scope="module")
+def smollm2_vlm():
+    from mmfragile.models.embedded import load_embedded
+
+    return load_embedded("smollm2-vlm")
+
+
+@pytest.fixture(scope="module")
+def vlm_case(smollm2_vlm, synthetic, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("vllm_vlm")
+    qs = synthetic[synthetic.modality != "text"].groupby("modality").head(1)  # image, multi-image, video frames
+    fmts = [f for f in all_formats() if f.separator == "comma" and f.delimiter in ("dot", "double_brackets")]
+    items = format_bias_items(smollm2_vlm, qs, formats=fmts)
+    cloze = [build_cloze_prompt(r) for r in qs.to_dict("records")]
+    ll_prompts = [cz.to_prompt() for cz in cloze for _ in cz.continuations]
+    ll_conts = [c for cz in cloze for c in cz.continuations]
+    gen_prompts = [Prompt("Describe the picture.", images=list(qs.iloc[0].images)),
+                   Prompt("Compare the images.", images=list(qs.iloc[1].images)), Prompt("A text-only question?")]
+    calls = [("grid", "run_items", (items, str(tmp / "store"))),
+             ("ids", "prompt_token_ids", ([it.prompt for it in items[::9]] + gen_prompts,)),
+             ("gen", "generate", (gen_prompts, 10)),
+             ("ll", "loglikelihood", (ll_prompts, ll_conts))]
+    vl = run_vllm("smollm2-vlm", calls, tmp)
+    return dict(vl=vl, qs=qs, items=items, gen_prompts=gen_prompts, ll=(ll_prompts, ll_conts), tmp=tmp)
+
+
+def test_image_placeholders_expand_to_the_hf_processors_ids(smollm2_vlm, vlm_case):
+    prompts = [it.prompt for it in vlm_case["items"][::9]] + vlm_case["gen_prompts"]
+    got = vlm_case["vl"]["ids"]
+    assert got == hf_ids(smollm2_vlm, prompts)
+    image_token = smollm2_vlm.model.config.image_token_index
+    assert {len(p.images) * 16 for p in prompts} == {ids.count(image_token) for ids in got}
+
+
+def test_image_format_grid_equals_hf_engine(smollm2_vlm, vlm_case):
+    items = vlm_case["items"]
+    assert set(vlm_case["qs"].modality) == {"image", "multi-image", "video"} and len(items) > 50
+    hf = run_items(smollm2_vlm, items, ResultStore(vlm_case["tmp"] / "hf"), mode="engine", progress=False)
+    assert_same_grid(hf, vlm_case["vl"]["grid"], smollm2_vlm, items)
+
+
+def test_image_generation_and_loglikelihood_equal_hf(smollm2_vlm, vlm_case):
+    vl = vlm_case["vl"]
+    assert vl["gen"] == smollm2_vlm.generate(vlm_case["gen_prompts"], max_new_tokens=10)
+    for got, want in zip(vl["ll"], smollm2_vlm.loglikelihood(*vlm_case["ll"])):
+        assert got.n_tokens == want.n_tokens and abs(got.logprob - want.logprob) < 2e-3 * max(1, want.n_tokens)
