@@ -79,8 +79,9 @@ def test_committed_zoo_records():
     almost always), the under-trained ones hardly any (the numbers README reports)."""
     rec = zoo.zoo_records()
     assert set(rec) == set(zoo.ZOO_MODELS)
-    for name in zoo.ZOO_MODELS:
-        assert zoo.weights_file(name).stat().st_size < 2_000_000
+    for s in zoo.ZOO_SPECS:
+        assert zoo.weights_file("tower", s.tower).stat().st_size < 2_000_000
+        assert s.lora is None or zoo.weights_file("lora", s.lora).stat().st_size < 4_000_000
     for lm in zoo.LMS:
         good, weak = rec[f"zoo-{lm}-good"]["vision_accuracy"], rec[f"zoo-{lm}-weak"]["vision_accuracy"]
         assert good["easy-vqa/colour"] >= 90 and good["easy-vqa"] >= 60 and weak["easy-vqa"] <= good["easy-vqa"] - 40
@@ -92,7 +93,75 @@ def test_good_tower_reads_held_out_pictures():
     better than the 1-in-3 of a guess (the under-trained tower reads almost nothing)."""
     data = zoo.easy_vqa_tower_data("test")
     sub = zoo.TowerData(data.pixels[:60], data.captions[:60], data.source[:60])
-    acc = zoo.vision_accuracy(zoo.load_weights("zoo-smollm2-good"), "smollm2", sub)
+    acc = zoo.vision_accuracy(zoo.load_weights("tower", "smollm2-good"), "smollm2", sub)
     assert acc["easy-vqa/colour"] >= 85 and acc["easy-vqa/shape"] > 34
-    weak = zoo.vision_accuracy(zoo.load_weights("zoo-smollm2-weak"), "smollm2", sub)
+    weak = zoo.vision_accuracy(zoo.load_weights("tower", "smollm2-weak"), "smollm2", sub)
     assert weak["easy-vqa"] < 20
+
+
+def test_lora_merges_into_the_weight_it_adapts():
+    """An adapter's output = the merged weight's (W + B A), hand-computed on a 2x3 layer; deltas name LM weights."""
+    base = torch.nn.Linear(3, 2, bias=False)
+    with torch.no_grad():
+        base.weight.copy_(torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 0.0]]))
+    m = zoo.LoRALinear(base, rank=1, scale=2.0, gen=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        m.lora_A.copy_(torch.tensor([[1.0, 1.0, 0.0]]))
+        m.lora_B.copy_(torch.tensor([[0.5], [0.0]]))
+    x = torch.tensor([[1.0, 2.0, 3.0]])
+    # W x = [7, 2]; A x = 3; B (A x) * 2 = [3, 0]
+    torch.testing.assert_close(m(x), torch.tensor([[10.0, 2.0]]))
+    state = zoo.lora_state({"layers.0.mlp.up_proj": m})
+    delta = zoo.lora_deltas(state)["layers.0.mlp.up_proj.weight"]
+    torch.testing.assert_close(x @ (base.weight + delta).T, m(x))
+
+
+def test_adapter_is_merged_into_the_llava_checkpoint(tmp_path):
+    """save_llava(lm_deltas=...) - the path `prepare` builds a zoo checkpoint with - adds each delta to exactly the
+    LM weight it names (a tiny 2-layer Llama LM with SmolLM2's tokenizer; the rest of the LM is copied unchanged);
+    a delta naming no weight is refused."""
+    from transformers import AutoTokenizer, CLIPVisionConfig, LlamaConfig, LlamaForCausalLM, \
+        LlavaForConditionalGeneration
+
+    tok = AutoTokenizer.from_pretrained(zoo.LMS["smollm2"].path())
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
+    lm.save_pretrained(tmp_path / "lm")
+    tok.save_pretrained(tmp_path / "lm")
+    adapter = zoo.LoRALinear(torch.nn.Linear(32, 64, bias=False), 2, 1.0, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        adapter.lora_B.normal_()
+    deltas = zoo.lora_deltas(zoo.lora_state({"layers.1.mlp.up_proj": adapter}))
+    vision = CLIPVisionConfig(**zoo.VISION)
+    zoo.save_llava(tmp_path / "vlm", vision, zoo.LMS["smollm2"].chat_template, "<|im_end|>", seed=0,
+                   lm_dir=tmp_path / "lm", tie_embeddings=True, lm_deltas=deltas)
+    got = LlavaForConditionalGeneration.from_pretrained(tmp_path / "vlm").model.language_model
+    torch.testing.assert_close(got.layers[1].mlp.up_proj.weight, lm.model.layers[1].mlp.up_proj.weight
+                               + deltas["layers.1.mlp.up_proj.weight"])
+    torch.testing.assert_close(got.layers[0].mlp.up_proj.weight, lm.model.layers[0].mlp.up_proj.weight)
+    with pytest.raises(ValueError, match="name no weight"):
+        zoo.save_llava(tmp_path / "bad", vision, zoo.LMS["smollm2"].chat_template, "<|im_end|>", seed=0,
+                       lm_dir=tmp_path / "lm", lm_deltas={"layers.9.mlp.up_proj.weight": torch.zeros(64, 32)})
+
+
+def test_answer_training_questions_and_prompts():
+    """Training questions: the asked count, half yes/no, the rest colour and shape; one prompt per question whose
+    target is its answer ID (in the drawn format and shift) + the end-of-turn token."""
+    from mmfragile.data.easyvqa import load_easy_vqa
+    from mmfragile.prompts.formats import PromptFormat
+
+    pool = load_easy_vqa("train", n=400, seed=3)
+    qs = zoo.answer_training_questions(pool, 41, seed=0)
+    assert len(qs) == 41 and qs.question_id.is_unique
+    assert qs.category.value_counts().to_dict() == {"yes/no": 20, "colour": 11, "shape": 10}
+    prompts, targets, names = zoo.answer_training_prompts(qs, "<|im_end|>", seed=0, standard_share=0.25)
+    for rec, p, t, f in zip(qs.to_dict("records"), prompts, targets, names):
+        fmt = PromptFormat() if f == "standard" else PromptFormat.from_name(f)
+        ids = fmt.ids(len(rec["options"]))
+        lines = p.text.split("\n")
+        answer_text = rec["options"][rec["answer"]]
+        # the target ID is the one the rendered prompt puts in front of the right answer
+        assert t.endswith("<|im_end|>") and fmt.render_option(t[:-len("<|im_end|>")], answer_text) in p.text
+        assert t[:-len("<|im_end|>")] in ids and lines[0] == rec["question"] and p.images == rec["images"]
+    assert 0 < names.count("standard") < len(names)

@@ -150,14 +150,16 @@ def image_processor_for(image_size: int):
 
 def save_llava(out: Path, vision, chat_template: str, eos_token: str | list[str], seed: int,
                lm_dir: Path | None = None, tokenizer_dir: Path | None = None,
-               vision_state: dict[str, torch.Tensor] | None = None, tie_embeddings: bool = False) -> None:
+               vision_state: dict[str, torch.Tensor] | None = None, tie_embeddings: bool = False,
+               lm_deltas: dict[str, torch.Tensor] | None = None) -> None:
     """Save an ordinary ``LlavaForConditionalGeneration`` + ``LlavaProcessor`` checkpoint to ``out``.
 
     ``lm_dir``: the language model's checkpoint (its weights are copied; one ``<image>`` token is added, its
     embedding the mean of the others); None = a random 2-layer, 64-wide Llama LM with the tokenizer of
     ``tokenizer_dir`` (tiny-vlm). ``vision``: a ``CLIPVisionConfig``. ``vision_state``: trained weights of
     ``vision_tower.*`` and ``multi_modal_projector.*`` (:mod:`mmfragile.models.zoo`); None = random (seeded)
-    weights, the projector scaled so image tokens have the LM's typical embedding norm."""
+    weights, the projector scaled so image tokens have the LM's typical embedding norm. ``lm_deltas``: additions to
+    the language model's weights (``"layers.20.mlp.up_proj.weight" -> tensor``: a merged LoRA adapter of the zoo)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlavaConfig, \
         LlavaForConditionalGeneration, LlavaProcessor
 
@@ -194,8 +196,18 @@ def save_llava(out: Path, vision, chat_template: str, eos_token: str | list[str]
                 proj = model.model.multi_modal_projector.linear_2
                 proj.weight.mul_(emb.norm(dim=1).mean() / 8.0)
         assert not missing.unexpected_keys and missing.missing_keys == ["embed_tokens.weight"], missing
+        if lm_deltas:
+            weights = dict(model.model.language_model.named_parameters())
+            unknown = sorted(set(lm_deltas) - set(weights))
+            if unknown:
+                raise ValueError(f"LM deltas name no weight of the language model: {unknown[:3]}")
+            with torch.no_grad():
+                for k, d in lm_deltas.items():
+                    weights[k].add_(d.to(weights[k].dtype))
         if tie_embeddings:
             assert model.lm_head.weight.data_ptr() == model.model.language_model.embed_tokens.weight.data_ptr()
+    elif lm_deltas:
+        raise ValueError("lm_deltas need a real language model (lm_dir)")
     if vision_state is not None:
         res = model.model.load_state_dict(vision_state, strict=False)
         expected = {k for k in model.model.state_dict() if k.startswith(("vision_tower.", "multi_modal_projector."))}

@@ -14,7 +14,14 @@ drawn from other seeds than the evaluation table, with every evaluation scene re
 Each training run keeps two snapshots: the trained tower (``-good``) and the same tower after a few steps
 (``-weak``: deliberately under-trained, it misreads pictures often) - four models with different abilities.
 The trained tower + projector weights (float16, about 1 MB per model) are committed under
-``resources/zoo/``; :func:`zoo_model_path` joins them with the language model into a cached checkpoint.
+``resources/zoo/`` as ``tower-<lm>-<good|weak>.safetensors``; :func:`zoo_model_path` joins them with the language
+model into a cached checkpoint.
+
+A second, optional stage adapts the LM itself (:func:`train_lora`): low-rank adapters on the projections of its top
+layers, trained on easy-VQA *train* questions rendered in the prompt formats of study 1 (standard format a quarter
+of the time, else one of the 48 of Table 1) with the trained tower frozen, loss on the answer ID + end-of-turn
+tokens. An adapter (``lora-<lm>.safetensors``) is merged into the LM's weights when the checkpoint is built, so the
+result is still an ordinary LLaVA checkpoint. No committed zoo model uses one yet (see README).
 """
 from __future__ import annotations
 
@@ -61,19 +68,22 @@ LMS = {
 class ZooSpec:
     name: str
     lm: str
-    steps: int          # training steps of the tower this model keeps (a snapshot of its LM's training run)
+    tower: str            # tower + projector weights: resources/zoo/tower-<tower>.safetensors
+    lora: str | None      # LM adapter merged into the LM: resources/zoo/lora-<lora>.safetensors (None: frozen LM)
     description: str
 
 
-#: training run per LM: steps, batch, learning rate, seed (one run gives the -weak and -good snapshots)
+#: training run per LM: steps, batch, learning rate, seed (one run gives the -weak and -good snapshot towers)
 TRAIN = dict(steps=600, weak_steps=40, batch_size=32, lr=3e-3, seed=0, n_synthetic=3000)
 
 ZOO_SPECS = (
-    ZooSpec("zoo-smollm2-good", "smollm2", TRAIN["steps"], "SmolLM2-135M-Instruct + trained tower"),
-    ZooSpec("zoo-smollm2-weak", "smollm2", TRAIN["weak_steps"], "SmolLM2-135M-Instruct + under-trained tower"),
-    ZooSpec("zoo-gemma3-good", "gemma3", TRAIN["steps"], "Gemma-3-270M base + trained tower"),
-    ZooSpec("zoo-gemma3-weak", "gemma3", TRAIN["weak_steps"], "Gemma-3-270M base + under-trained tower"),
+    ZooSpec("zoo-smollm2-good", "smollm2", "smollm2-good", None, "SmolLM2-135M-Instruct + trained tower"),
+    ZooSpec("zoo-smollm2-weak", "smollm2", "smollm2-weak", None, "SmolLM2-135M-Instruct + under-trained tower"),
+    ZooSpec("zoo-gemma3-good", "gemma3", "gemma3-good", None, "Gemma-3-270M base + trained tower"),
+    ZooSpec("zoo-gemma3-weak", "gemma3", "gemma3-weak", None, "Gemma-3-270M base + under-trained tower"),
 )
+# No zoo model carries an adapter yet: the LoRA stage (train_lora) has not taught an LM to answer from the picture
+# within the CPU budget tried (README, "What limits the zoo today"); a spec names one as ``lora="smollm2"``.
 ZOO_MODELS = tuple(s.name for s in ZOO_SPECS)
 
 
@@ -297,7 +307,7 @@ def train_tower(lm_key: str, snapshots: Sequence[int], data: TowerData | None = 
         opt.step()
         sched.step()
         if step % 50 == 0:
-            bar.set_postfix(loss=f"{float(loss):.3f}")
+            bar.set_postfix(loss=f"{loss.item():.3f}")
         if step in snapshots:
             state = {k: v.detach().clone() for k, v in net.state_dict().items()}
             w2, b2 = "multi_modal_projector.linear_2.weight", "multi_modal_projector.linear_2.bias"
@@ -354,20 +364,21 @@ def weights_dir() -> Path:
     return Path(str(resources.files("mmfragile") / "resources" / "zoo"))
 
 
-def weights_file(name: str) -> Path:
-    return weights_dir() / f"{zoo_spec(name).name}.safetensors"
+def weights_file(kind: str, key: str, folder: Path | None = None) -> Path:
+    """``tower-<key>.safetensors`` (vision tower + projector) or ``lora-<key>.safetensors`` (LM adapter)."""
+    if kind not in ("tower", "lora"):
+        raise ValueError(f"kind must be tower or lora, not {kind!r}")
+    return (folder or weights_dir()) / f"{kind}-{key}.safetensors"
 
 
-def save_weights(name: str, state: dict[str, torch.Tensor], record: dict, folder: Path | None = None) -> Path:
-    """Tower + projector weights as float16 safetensors (about 1 MB), the training record in ``zoo.json``."""
+def save_weights(kind: str, key: str, state: dict[str, torch.Tensor], folder: Path | None = None) -> Path:
+    """Weights as float16 safetensors (a tower about 1 MB, an adapter about 2 MB)."""
     from safetensors.torch import save_file
 
-    folder = folder or weights_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.safetensors"
+    path = weights_file(kind, key, folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.to(torch.float16).contiguous() for k, v in state.items()}, str(path),
-              metadata={"model": name, "lm": zoo_spec(name).lm})
-    save_record(name, record, folder)
+              metadata={"kind": kind, "key": key})
     return path
 
 
@@ -384,31 +395,41 @@ def zoo_records(folder: Path | None = None) -> dict[str, dict]:
     return json.loads(f.read_text()) if f.is_file() else {}
 
 
-def load_weights(name: str) -> dict[str, torch.Tensor]:
+def load_weights(kind: str, key: str) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    f = weights_file(name)
+    f = weights_file(kind, key)
     if not f.is_file():
         raise FileNotFoundError(f"{f}: the zoo's weights are missing; rebuild them with `python scripts/train_zoo.py`")
     return {k: v.float() for k, v in load_file(str(f)).items()}
 
 
-def zoo_model_path(name: str) -> Path:
-    """Cached LLaVA checkpoint of a zoo model (built on first use from the committed tower weights and the LM;
-    the folder name carries the weights' hash, so retrained weights never reuse a stale checkpoint)."""
+def tower_checkpoint(lm_key: str, tower: str, lora: str | None = None) -> Path:
+    """Cached LLaVA checkpoint: ``lm_key``'s LM (with adapter ``lora`` merged into its weights, if given) behind
+    tower ``tower``. Built on first use; the folder name carries the weights' hash, so retrained weights never
+    reuse a stale checkpoint."""
     import hashlib
 
     from transformers import CLIPVisionConfig
 
-    spec = zoo_spec(name)
-    lm = LMS[spec.lm]
-    digest = hashlib.sha256(weights_file(name).read_bytes()).hexdigest()[:10] if weights_file(name).is_file() else "?"
+    lm = LMS[lm_key]
+    files = [weights_file("tower", tower)] + ([weights_file("lora", lora)] if lora else [])
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes() if f.is_file() else b"?")
 
     def build(out: Path) -> None:
+        deltas = lora_deltas(load_weights("lora", lora)) if lora else None
         save_llava(out, CLIPVisionConfig(**VISION), lm.chat_template, list(lm.eos), seed=0, lm_dir=lm.path(),
-                   vision_state=load_weights(name), tie_embeddings=True)
+                   vision_state=load_weights("tower", tower), tie_embeddings=True, lm_deltas=deltas)
 
-    return _atomic_build(cache_dir("models") / f"{name}-{digest}", build)
+    return _atomic_build(cache_dir("models") / f"zoo-{tower}-{lora or 'frozen'}-{h.hexdigest()[:10]}", build)
+
+
+def zoo_model_path(name: str) -> Path:
+    """Cached LLaVA checkpoint of a zoo model (an ordinary checkpoint: loads in transformers and vLLM)."""
+    spec = zoo_spec(name)
+    return tower_checkpoint(spec.lm, spec.tower, spec.lora)
 
 
 def load_zoo(name: str, **kwargs):
@@ -438,3 +459,165 @@ def mc_accuracy(model, questions: pd.DataFrame, store_dir: str | Path, progress:
     return {"accuracy": round(100 * acc, 2), "chance": round(100 * chance, 2),
             "halfway": round(halfway_score(acc, chance), 3), "coverage": round(100 * float(res.covered.mean()), 2),
             "n_questions": int(len(per_q)), "n_items": int(len(res))}
+
+
+# ============================================================================================ answering (LoRA)
+#: low-rank adaptation of the LM's top layers so it answers multiple choice from what the tower writes (the frozen
+#: LMs answer "A" whatever the caption says). One run per LM, with that LM's trained tower frozen.
+LORA = dict(rank=8, alpha=16.0, top_layers=15, targets=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                         "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+                                                         "mlp.down_proj"),
+            steps=160, batch_size=16, lr=2e-3, seed=0, standard_share=0.25,
+            yes_no_share=0.5)  # easy-VQA train is 74 % yes/no; colour and shape questions link picture and option
+
+
+class LoRALinear(torch.nn.Module):
+    """``base(x) + x A^T B^T`` with ``B`` zero at the start (the adapted layer starts as the frozen one)."""
+
+    def __init__(self, base: torch.nn.Linear, rank: int, scale: float, gen: torch.Generator):
+        super().__init__()
+        self.base, self.scale = base, scale
+        self.lora_A = torch.nn.Parameter(torch.randn(rank, base.in_features, generator=gen) / base.in_features ** 0.5)
+        self.lora_B = torch.nn.Parameter(torch.zeros(base.out_features, rank))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + (x @ self.lora_A.T @ self.lora_B.T) * self.scale
+
+
+def add_lora(language_model, rank: int, alpha: float, top_layers: int, targets: Sequence[str],
+             seed: int) -> dict[str, LoRALinear]:
+    """Wrap the ``targets`` projections of the LM's top ``top_layers`` decoder layers in :class:`LoRALinear`
+    (every other weight frozen); returns them by module path inside ``language_model`` ("layers.20.mlp.up_proj")."""
+    for p in language_model.parameters():
+        p.requires_grad_(False)
+    gen = torch.Generator().manual_seed(seed)
+    layers = language_model.layers
+    out = {}
+    for i in range(len(layers) - top_layers, len(layers)):
+        for t in targets:
+            parent_name, attr = t.rsplit(".", 1)
+            parent = layers[i].get_submodule(parent_name)
+            mod = LoRALinear(getattr(parent, attr), rank, alpha / rank, gen)
+            setattr(parent, attr, mod)
+            out[f"layers.{i}.{t}"] = mod
+    return out
+
+
+def lora_state(modules: dict[str, LoRALinear]) -> dict[str, torch.Tensor]:
+    """The adapters as ``{path}.lora_A`` / ``{path}.lora_B`` (the scale folded into B)."""
+    out = {}
+    for name, m in modules.items():
+        out[f"{name}.lora_A"] = m.lora_A.detach().clone()
+        out[f"{name}.lora_B"] = (m.lora_B.detach() * m.scale).clone()
+    return out
+
+
+def lora_deltas(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``{path}.weight -> B A``: what merging adds to each adapted weight of the language model (float32)."""
+    return {k[:-len(".lora_A")] + ".weight": state[k[:-len("lora_A")] + "lora_B"].float() @ state[k].float()
+            for k in state if k.endswith(".lora_A")}
+
+
+def answer_training_questions(questions: pd.DataFrame, n: int, seed: int,
+                               yes_no_share: float = LORA["yes_no_share"]) -> pd.DataFrame:
+    """``n`` questions in random order, ``yes_no_share`` of them yes/no, the rest colour and shape in equal parts."""
+    n_yes_no = round(n * yes_no_share)
+    parts = [questions[questions.category == "yes/no"].sample(n_yes_no, random_state=seed)]
+    for k, cat in enumerate(("colour", "shape")):
+        m = (n - n_yes_no) // 2 + (k == 0) * ((n - n_yes_no) % 2)
+        parts.append(questions[questions.category == cat].sample(m, random_state=seed))
+    return pd.concat(parts).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def answer_training_prompts(questions: pd.DataFrame, eos: str, seed: int,
+                            standard_share: float) -> tuple[list, list[str], list[str]]:
+    """One training prompt per question: the standard format with probability ``standard_share``, else one of the
+    48 formats of Table 1 drawn uniformly; a random circular shift; the paper's instruction (as
+    :func:`~mmfragile.evaluate.format_bias_items` asks). Returns prompts, target texts (answer ID + end of turn)
+    and the format names."""
+    from ..prompts.formats import all_formats, build_mc_prompt, standard_format
+
+    fmts = all_formats()
+    rng = np.random.default_rng(seed)
+    prompts, targets, names = [], [], []
+    for rec in questions.to_dict("records"):
+        std = rng.random() < standard_share
+        fmt = standard_format(rec["dataset"]) if std else fmts[int(rng.integers(len(fmts)))]
+        fp = build_mc_prompt(rec, fmt, shift=int(rng.integers(len(rec["options"]))), instruction="paper")
+        p = fp.to_prompt()
+        p.images = list(rec["images"])
+        prompts.append(p)
+        targets.append(fp.answer_id + eos)
+        names.append("standard" if std else fmt.name)
+    return prompts, targets, names
+
+
+@dataclass
+class LoRARecord:
+    lm: str
+    tower: str
+    steps: int
+    batch_size: int
+    lr: float
+    seed: int
+    rank: int
+    top_layers: int
+    n_questions: int
+    formats: str
+    train_seconds: float
+    threads: int
+    torch_version: str
+
+
+def train_lora(lm_key: str, snapshots: Sequence[int], steps: int = LORA["steps"],
+               batch_size: int = LORA["batch_size"], lr: float = LORA["lr"], seed: int = LORA["seed"],
+               progress: bool = True, on_snapshot: Callable[[int, dict], None] | None = None,
+               ) -> tuple[dict[int, dict[str, torch.Tensor]], LoRARecord]:
+    """Adapt ``lm_key``'s top layers (LoRA) to answer easy-VQA *train* questions in the prompt formats of study 1,
+    reading the picture through the LM's frozen trained tower (``zoo-<lm>-good``'s). Loss: cross-entropy of the
+    answer ID's tokens and the end-of-turn token after the rendered prompt; nothing else is trained. Returns the
+    adapter state at each step of ``snapshots`` and the run's record."""
+    from tqdm.auto import tqdm
+
+    from ..data.easyvqa import load_easy_vqa
+    from .hf import HFModel
+
+    lm = LMS[lm_key]
+    model = HFModel.from_pretrained(tower_checkpoint(lm_key, f"{lm_key}-good"), name=f"zoo-{lm_key}-tower")
+    net = model.model
+    for p in net.parameters():  # the tower too: no gradient flows below the adapted layers
+        p.requires_grad_(False)
+    mods = add_lora(net.model.language_model, LORA["rank"], LORA["alpha"], LORA["top_layers"], LORA["targets"], seed)
+    params = [p for m in mods.values() for p in (m.lora_A, m.lora_B)]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    qs = answer_training_questions(load_easy_vqa("train", n=None, seed=seed + 1), steps * batch_size, seed)
+    prompts, targets, _ = answer_training_prompts(qs, lm.eos[0], seed, LORA["standard_share"])
+    keep, t0, hits = {}, time.perf_counter(), []
+    bar = tqdm(range(1, steps + 1), desc=f"LoRA {lm_key}", disable=not progress)
+    for step in bar:
+        sl = slice((step - 1) * batch_size, step * batch_size)
+        enc = model.encode(prompts[sl], targets[sl])
+        n_cont = enc.pop("cont_lengths")
+        k = int(n_cont.max())
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 matmuls: ~2x faster on these CPUs
+            logits = net(**enc, logits_to_keep=k + 1).logits[:, :-1].float()  # the positions predicting the target
+        labels = enc["input_ids"][:, -k:]
+        mask = torch.arange(k)[None] >= (k - n_cont)[:, None]
+        loss = torch.nn.functional.cross_entropy(logits[mask], labels[mask])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        first = (k - n_cont).clamp(min=0)                                   # the answer ID's first token
+        rows = torch.arange(len(first))
+        hits += (logits[rows, first].argmax(-1) == labels[rows, first]).tolist()
+        bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{np.mean(hits[-8 * batch_size:]):.2f}")
+        if step in snapshots:
+            keep[step] = lora_state(mods)
+            if on_snapshot:
+                on_snapshot(step, keep[step])
+    rec = LoRARecord(lm_key, f"{lm_key}-good", steps, batch_size, lr, seed, LORA["rank"], LORA["top_layers"],
+                     len(qs), f"standard {LORA['standard_share']:.0%}, else one of the 48 of Table 1 (uniform)",
+                     round(time.perf_counter() - t0, 1), torch.get_num_threads(), torch.__version__)
+    return keep, rec
