@@ -213,7 +213,10 @@ class ResultStore:
 
     def pin_run_info(self, key: str, value: Any) -> None:
         """Record ``run_info[key]`` the first time; later runs must bring the same value (e.g. the image policy:
-        a store is never resumed with images processed another way) - :class:`ConfigMismatch` otherwise."""
+        a store is never resumed with images processed another way) - :class:`ConfigMismatch` otherwise. A store
+        opened without a configuration (no config.json) records nothing."""
+        if not self.config:
+            return
         info = dict(self.config.get(RUN_INFO) or {})
         value = _canonical(value)
         if key not in info:
