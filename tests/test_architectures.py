@@ -18,6 +18,7 @@ import pytest
 
 from mmfragile.api import load_model
 from mmfragile.models.adapters import EngineInexact
+from mmfragile.models.base import Prompt
 from mmfragile.models.conformance import CHECKS, engine_variants, mixed_prompts, sample_images
 from mmfragile.models.tiny import FAMILIES, build_tiny
 
@@ -190,3 +191,34 @@ def test_remote_code_checkpoints_need_trust_remote_code_and_run_through_the_gene
     assert remote.generate(ps, max_new_tokens=3) == builtin.generate(ps, max_new_tokens=3)
     np.testing.assert_allclose(np.stack(remote.option_logits(ps, [["A", "B"]] * 2)),
                                np.stack(builtin.option_logits(ps, [["A", "B"]] * 2)), atol=1e-5)
+
+
+def test_image_policy_caps_large_images_and_is_pinned_in_the_store(tmp_path_factory, tmp_path):
+    """A 4K-class image is downscaled to ``max_pixels`` before the processor (the run records the policy with the
+    processor's own size settings), and a store made under one policy refuses to resume under another."""
+    from PIL import Image
+
+    from mmfragile.evaluate import EvalItem, run_items
+    from mmfragile.models.hf import load_image
+    from mmfragile.store import ConfigMismatch, ResultStore
+
+    big = tmp_path / "big.jpg"
+    Image.new("RGB", (4096, 2048), (200, 30, 30)).save(big, quality=80)
+    small = load_image(str(big), max_pixels=512 * 512)
+    assert small.width * small.height <= 512 * 512 and abs(small.width / small.height - 2) < 0.01
+    assert load_image(str(big)).size == (4096, 2048)
+
+    path = str(build_tiny("qwen2_vl", root=tmp_path_factory.getbasetemp() / "tiny"))
+    capped = load_model(path, max_pixels=512 * 512)
+    policy = capped.image_policy
+    assert policy["max_pixels"] == 512 * 512 and policy["processor"] == "Qwen2VLImageProcessor"
+    assert "size" in policy and "patch_size" in policy  # the processor's own resize settings ride along
+    items = [EvalItem({"dataset": "d", "question_id": "q", "variant": "v"}, Prompt("A or B?", images=[str(big)]),
+                      ["A", "B"], "A")]
+    store = ResultStore(tmp_path / "s", config={"study": "t"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_items(capped, items, store, progress=False)
+    assert ResultStore(tmp_path / "s").config["run_info"]["image_policy"]["max_pixels"] == 512 * 512
+    with pytest.raises(ConfigMismatch, match="image_policy"):
+        run_items(load_model(path), items, ResultStore(tmp_path / "s", config={"study": "t"}), progress=False)

@@ -35,6 +35,10 @@ def run_vllm(spec: str, calls: list, tmp: Path) -> dict:
     py = vllm_venv() / "bin" / "python"
     if not py.exists():
         pytest.skip(f"no vLLM environment at {vllm_venv()}: create it with scripts/install_vllm.sh (.ci/run does)")
+    from mmfragile.models.embedded import EMBEDDED_MODELS, embedded_model_path
+
+    if spec.partition("@")[0] in EMBEDDED_MODELS:  # build the checkpoint here: the vLLM venv lacks the GGUF packages
+        embedded_model_path(spec.partition("@")[0])
     job, out = tmp / "job.pkl", tmp / "out.pkl"
     job.write_bytes(pickle.dumps({"spec": spec, "kwargs": {"enforce_eager": True}, "calls": calls}))
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",

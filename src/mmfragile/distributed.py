@@ -53,6 +53,10 @@ class RecordingStore:
         self.declared: list[tuple[str, pd.DataFrame]] = []
         self.rows: list[dict] = []
         self.skipped_rows: list[dict] = []
+        self.pinned: dict[str, Any] = {}
+
+    def pin_run_info(self, key: str, value: Any) -> None:
+        self.pinned[key] = value  # the driver pins it in the real store (and refuses a mismatch there)
 
     def add_skipped_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         self.skipped_rows += [dict(r) for r in rows]
@@ -112,7 +116,7 @@ class _Worker:
         task(self.model, units, store, shard)
         kill_point("worker.task")
         return {"shard": shard, "declared": store.declared, "rows": store.read(), "pid": os.getpid(),
-                "skipped_rows": store.skipped_rows}
+                "skipped_rows": store.skipped_rows, "pinned": store.pinned}
 
 
 @dataclass
@@ -262,6 +266,8 @@ def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any
                     store.declare(keys, label)
                 n = store.append(res["rows"]) if len(res["rows"]) else 0
                 store.add_skipped_rows(res["skipped_rows"])
+                for key, value in res["pinned"].items():
+                    store.pin_run_info(key, value)
                 report.n_rows += n
                 report.rows_by_worker[res["pid"]] = report.rows_by_worker.get(res["pid"], 0) + len(res["rows"])
                 bar.update(1)

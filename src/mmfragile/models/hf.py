@@ -19,20 +19,50 @@ from ..schema import DataError
 from .base import LogLik, MLLM, Prompt
 
 
-def load_image(img: Any, where: str = "prompt"):
-    """PIL image in RGB from a PIL image or a path; DataError naming the file if missing/corrupt."""
+def load_image(img: Any, where: str = "prompt", max_pixels: int | None = None):
+    """PIL image in RGB from a PIL image or a path; DataError naming the file if missing/corrupt.
+
+    ``max_pixels``: downscale (aspect kept, Lanczos; JPEGs decoded at reduced size first) so width x height stays
+    within it - the run's image policy (:attr:`HFModel.image_policy`). Without it, an image above PIL's safety
+    limit (~179 M pixels) is refused with a DataError saying to set one."""
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(img, Image.Image):
-        return img.convert("RGB")
+        return _cap_pixels(img.convert("RGB"), max_pixels)
     p = Path(img)
     if not p.is_file():
         raise DataError(f"{where}: image file not found: {p}")
+    limit = Image.MAX_IMAGE_PIXELS
     try:
+        if max_pixels is not None:
+            Image.MAX_IMAGE_PIXELS = None  # a cap is set: the image is downscaled right after decoding
         with Image.open(p) as im:
-            return im.convert("RGB")
+            if max_pixels is not None and im.width * im.height > max_pixels:
+                scale = (max_pixels / (im.width * im.height)) ** 0.5
+                im.draft("RGB", (int(im.width * scale) + 1, int(im.height * scale) + 1))  # JPEG: decode smaller
+            return _cap_pixels(im.convert("RGB"), max_pixels)
+    except Image.DecompressionBombError as e:
+        raise DataError(f"{where}: {p} is larger than PIL's safety limit ({e}); load the model with "
+                        "max_pixels=... to downscale images on load") from e
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
         raise DataError(f"{where}: corrupt or unreadable image {p}: {e}") from e
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+
+
+def _cap_pixels(im, max_pixels: int | None):
+    if max_pixels is None or im.width * im.height <= max_pixels:
+        return im
+    scale = (max_pixels / (im.width * im.height)) ** 0.5
+    from PIL import Image
+
+    return im.resize((max(1, int(im.width * scale)), max(1, int(im.height * scale))), Image.Resampling.LANCZOS)
+
+
+#: image-processor settings that decide how large an image reaches the model (recorded as the run's image policy)
+IMAGE_SIZE_KEYS = ("size", "crop_size", "min_pixels", "max_pixels", "patch_size", "merge_size", "max_patches",
+                   "min_patches", "crop_to_patches", "max_image_tiles", "do_image_splitting", "max_image_size",
+                   "image_grid_pinpoints", "dynamic_hd", "image_seq_length", "do_resize", "do_center_crop")
 
 
 def left_pad(rows: Sequence[torch.Tensor], value) -> torch.Tensor:
@@ -90,7 +120,7 @@ class HFModel(MLLM):
     """A `transformers` model + its processor (or tokenizer, for text-only LMs). Family differences (prompt
     rendering, processor inputs, per-token tensors) come from its :class:`~mmfragile.models.adapters.FamilyAdapter`."""
 
-    def __init__(self, model, processor, name: str | None = None, batch_size: int = 8):
+    def __init__(self, model, processor, name: str | None = None, batch_size: int = 8, max_pixels: int | None = None):
         from .adapters import adapter_for
 
         self.model = model.eval()
@@ -100,6 +130,7 @@ class HFModel(MLLM):
         self.supports_images = hasattr(processor, "image_processor")
         self.name = name or Path(str(getattr(model.config, "_name_or_path", "model"))).name or "model"
         self.batch_size = batch_size
+        self.max_pixels = None if max_pixels is None else int(max_pixels)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -109,14 +140,18 @@ class HFModel(MLLM):
     @classmethod
     def from_pretrained(cls, path: str | Path, name: str | None = None, device: str | None = None,
                         dtype: torch.dtype | str | None = None, batch_size: int = 8, trust_remote_code: bool = False,
-                        **kwargs) -> "HFModel":
+                        max_pixels: int | None = None, **kwargs) -> "HFModel":
         """Load a local checkpoint folder (or a model id already in the HF cache; no download is attempted
         when ``HF_HUB_OFFLINE=1``) with its family's Auto class and its own processor (tokenizer for text LMs).
 
         ``trust_remote_code=True`` runs the checkpoint's own modeling / processing code (Phi-3.5-vision,
         MiniCPM-V, Molmo): only for checkpoints you trust. Such models run generate / option_logits /
         loglikelihood through their processor and template where those follow the transformers conventions;
-        the prefix-sharing engine refuses them (their internals are not a known family's)."""
+        the prefix-sharing engine refuses them (their internals are not a known family's).
+
+        ``max_pixels`` caps every image's width x height before the processor sees it (e.g. 4096 * 4096 for
+        HRBench-8K on a memory budget); by default images reach the processor as they are and its own resize
+        policy applies. Either way :attr:`image_policy` records what happened, and a run stores it."""
         import transformers
         from transformers import AutoConfig
 
@@ -139,7 +174,18 @@ class HFModel(MLLM):
             processor = transformers.AutoProcessor.from_pretrained(path, **kwargs)
         else:
             processor = transformers.AutoTokenizer.from_pretrained(path, **kwargs)
-        return cls(model.to(device), processor, name=name or Path(str(path)).name, batch_size=batch_size)
+        return cls(model.to(device), processor, name=name or Path(str(path)).name, batch_size=batch_size,
+                   max_pixels=max_pixels)
+
+    @property
+    def image_policy(self) -> dict[str, Any]:
+        """How large an image reaches the model: the load-time cap and the image processor's own size settings
+        (its defaults unless the checkpoint overrides them). :func:`mmfragile.evaluate.run_items` pins it in the
+        store's config.json (``run_info.image_policy``) and refuses to resume a store under another policy."""
+        ip = getattr(self.processor, "image_processor", None)
+        settings = {} if ip is None else {k: v for k, v in ip.to_dict().items() if k in IMAGE_SIZE_KEYS}
+        return {"max_pixels": self.max_pixels, "processor": type(ip).__name__ if ip is not None else None,
+                **settings}
 
     # ------------------------------------------------------------------ prompts
     def render(self, prompt: Prompt) -> str:
@@ -154,7 +200,7 @@ class HFModel(MLLM):
         ``cont_lengths`` gives how many trailing tokens of each row are the continuation."""
         texts = [self.render(p) for p in prompts]
         if self.supports_images:
-            media = self.adapter.media(prompts, load_image)
+            media = self.adapter.media(prompts, lambda im, where: load_image(im, where, self.max_pixels))
             enc = self.processor(text=texts, return_tensors="pt", padding=True, **media)
         else:
             enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)

@@ -13,7 +13,6 @@ well under a megabyte; the tokenizer *classes* and their pre-tokenizers are the 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
