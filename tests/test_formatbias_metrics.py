@@ -50,6 +50,30 @@ def test_format_scores_counts_every_shift():
     assert list(s.index) == ["uppercase", "numbers"]  # paper order
 
 
+def test_format_accuracy_ci_resamples_questions_with_all_their_shifts():
+    # F_UP: q1 right in all 3 shifts, q2 wrong in both of its 2 -> 3/5 = 60 % (as format_scores counts items);
+    # a resample holds q1 twice (100 %), q1 + q2 (60 %) or q2 twice (0 %): the 95 % interval spans 0-100.
+    # F_NUM: q1 1 of 3, q2 2 of 2 -> 60 %; resamples give 33.3 / 60 / 100 %.
+    pq = pd.DataFrame(
+        _rows("M", "D", F_UP, [("q1", 0, True, True, 0), ("q1", 1, True, True, 1), ("q1", 2, True, True, 2),
+                               ("q2", 0, False, True, 1), ("q2", 1, False, True, 0)])
+        + _rows("M", "D", F_NUM, [("q1", 0, True, True, 0), ("q1", 1, False, True, 0), ("q1", 2, False, True, 0),
+                                  ("q2", 0, True, True, 0), ("q2", 1, True, True, 1)]))
+    ci = fb.format_accuracy_ci(pq, n_boot=4000, seed=1).set_index("option_ids")
+    scores = fb.format_scores(pq).set_index("option_ids")
+    assert ci.accuracy.tolist() == pytest.approx(scores.accuracy.tolist()) == [60.0, 60.0]
+    assert (ci.loc["uppercase", "ci_low"], ci.loc["uppercase", "ci_high"]) == (0.0, 100.0)
+    assert ci.loc["numbers", "ci_low"] == pytest.approx(100 / 3) and ci.loc["numbers", "ci_high"] == 100.0
+    assert ci.n_questions.tolist() == [2, 2]
+    # one question: no spread; a higher level never narrows the interval
+    one = fb.format_accuracy_ci(pq[pq.question_id == "q1"])
+    assert (one.ci_low == one.accuracy).all() and (one.ci_high == one.accuracy).all()
+    narrow = fb.format_accuracy_ci(pq, level=0.5, n_boot=4000, seed=1).set_index("option_ids")
+    assert (narrow.ci_high - narrow.ci_low <= ci.ci_high - ci.ci_low).all()
+    with pytest.raises(ValueError, match="level"):
+        fb.format_accuracy_ci(pq, level=95)
+
+
 def test_format_scores_rejects_bad_input():
     pq = pd.DataFrame(_rows("M", "D", F_UP, [("q1", 0, True, False, -1)]))
     with pytest.raises(DataError, match="row 0"):
@@ -324,6 +348,7 @@ def test_plots_return_figures_with_note():
                       "accuracy": [1.0, 2.0, 3.0] + [np.nan] * 3}), fb.pseudo_gt(scores))
     figs = [
         pl.plot_rank_distribution(fb.format_ranks(scores), note="NOTE"),
+        pl.plot_format_accuracy_ci(fb.format_accuracy_ci(pq, n_boot=200), note="NOTE"),
         pl.plot_deviation_heatmap(fb.deviation_from_mean(scores), note="NOTE"),
         pl.plot_deviation_heatmap(fb.coverage_neutral(scores, threshold=95), note="NOTE"),
         pl.plot_coverage_heatmap(fb.coverage_by_factor(scores), note="NOTE"),

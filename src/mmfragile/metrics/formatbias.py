@@ -217,6 +217,39 @@ def format_scores(per_question: pd.DataFrame) -> pd.DataFrame:
     return _sort_formats(out)
 
 
+def format_accuracy_ci(per_question: pd.DataFrame, level: float = 0.95, n_boot: int = 2000,
+                       seed: int = 0) -> pd.DataFrame:
+    """Per-format accuracy (%) with a percentile bootstrap interval, resampling *questions* (all circular shifts of
+    a drawn question go together, since they share the picture and the options; a question drawn twice counts
+    twice). Same grouping and accuracy as :func:`format_scores`; the question draws are shared across the formats
+    of a model x dataset, so intervals of formats compare like for like.
+
+    Returns ``model, dataset, option_ids, delimiter, separator, accuracy, ci_low, ci_high, n_questions``
+    (``n_questions`` = distinct questions)."""
+    _require(per_question, ["model", "dataset", "question_id", *FORMAT_COLS, "correct"], "format_accuracy_ci")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    keys = ["model", "dataset", *FORMAT_COLS]
+    pq = per_question.assign(correct=per_question["correct"].astype(bool))
+    rng = np.random.default_rng(seed)
+    lo_q, hi_q = 100 * (1 - level) / 2, 100 * (1 + level) / 2
+    out = []
+    for (model, dataset), g in pq.groupby(["model", "dataset"], sort=False, observed=True):
+        cells = g.groupby([*FORMAT_COLS, "question_id"], sort=False, observed=True)["correct"].agg(["sum", "size"])
+        hits = cells["sum"].unstack("question_id", fill_value=0)        # formats x questions
+        n = cells["size"].unstack("question_id", fill_value=0)
+        weights = rng.multinomial(n.shape[1], np.full(n.shape[1], 1 / n.shape[1]), size=n_boot)  # boot x questions
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boot = 100 * (weights @ hits.to_numpy().T) / (weights @ n.to_numpy().T)   # boot x formats
+        acc = 100 * hits.sum(axis=1) / n.sum(axis=1)
+        fmt = hits.index.to_frame(index=False)
+        out.append(fmt.assign(model=model, dataset=dataset, accuracy=acc.to_numpy(),
+                              ci_low=np.nanpercentile(boot, lo_q, axis=0), ci_high=np.nanpercentile(boot, hi_q, axis=0),
+                              n_questions=(n > 0).sum(axis=1).to_numpy()))
+    cols = [*keys, "accuracy", "ci_low", "ci_high", "n_questions"]
+    return _sort_formats(pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols))
+
+
 def _sort_formats(df: pd.DataFrame) -> pd.DataFrame:
     """Sort rows by dataset, model, then the paper's level order (unknown levels last)."""
     order = {c: {v: i for i, v in enumerate(LEVELS[c])} for c in FACTORS}

@@ -25,7 +25,7 @@ from mmfragile.metrics.formatbias import (  # noqa: E402
 from mmfragile.plots import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
 
 __all__ = [
-    "plot_rank_distribution", "plot_deviation_heatmap", "plot_coverage_heatmap", "plot_lmm_coefficients",
+    "plot_rank_distribution", "plot_format_accuracy_ci", "plot_deviation_heatmap", "plot_coverage_heatmap", "plot_lmm_coefficients",
     "plot_confidence_bins", "plot_mitigation", "plot_selection_pattern", "save_figure",
 ]
 
@@ -168,6 +168,52 @@ def plot_rank_distribution(ranks: pd.DataFrame, note: str | None = None, include
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle("Model ranks across prompt formats", fontsize=12)
+    fig.tight_layout()
+    return stamp_note(fig, note)
+
+
+# ----------------------------------------------------------------------------------------- per-format accuracy
+
+def plot_format_accuracy_ci(ci: pd.DataFrame, note: str | None = None, title: str | None = None) -> Figure:
+    """Accuracy of every prompt format with its bootstrap interval, one panel per dataset, one colour per model;
+    formats on the x axis in the paper's order (ID set, then delimiter, then separator), the ID sets shaded, so
+    overlapping intervals show where two formats (or two models) cannot be told apart.
+
+    Args:
+        ci: output of :func:`mmfragile.metrics.formatbias.format_accuracy_ci`.
+    """
+    ci = ci.copy()
+    ds_list = _ordered(ci["dataset"], DATASETS)
+    models = _ordered(ci["model"], MODELS)
+    palette = dict(zip(models, sns.color_palette("tab10", len(models))))
+    fmt_keys = list(dict.fromkeys(zip(*(ci[f] for f in FACTORS))))
+    x_of = {k: i for i, k in enumerate(fmt_keys)}
+    fig, axes = plt.subplots(len(ds_list), 1, figsize=(max(8.0, 0.22 * len(fmt_keys) + 2), 3.4 * len(ds_list)),
+                             squeeze=False)
+    offsets = np.linspace(-0.25, 0.25, len(models)) if len(models) > 1 else [0.0]
+    for ax, ds in zip(axes[:, 0], ds_list):
+        sub = ci[ci["dataset"] == ds]
+        for off, m in zip(offsets, models):
+            r = sub[sub["model"] == m]
+            x = np.array([x_of[k] for k in zip(*(r[f] for f in FACTORS))]) + off
+            ax.errorbar(x, r["accuracy"], yerr=[r["accuracy"] - r["ci_low"], r["ci_high"] - r["accuracy"]],
+                        fmt="o", ms=3, lw=0.8, capsize=0, color=palette[m],
+                        label=f"{m} (n={int(r['n_questions'].max())} questions)")
+        ids = [k[0] for k in fmt_keys]
+        for j, level in enumerate(dict.fromkeys(ids)):
+            span = [i for i, v in enumerate(ids) if v == level]
+            if j % 2 == 0:
+                ax.axvspan(span[0] - 0.5, span[-1] + 0.5, color=GREY, alpha=0.35, lw=0)
+            ax.text((span[0] + span[-1]) / 2, 1.0, LEVEL_LABELS.get(level, level), transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(fmt_keys)))
+        ax.set_xticklabels([f"{LEVEL_LABELS.get(d, d)} / {LEVEL_LABELS.get(s, s)}" for _, d, s in fmt_keys],
+                           rotation=90, fontsize=6)
+        ax.set_xlim(-0.7, len(fmt_keys) - 0.3)
+        ax.set_ylabel(f"{ds}\naccuracy (%)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right", ncols=min(2, len(models)))
+    fig.suptitle(title or "Accuracy per prompt format (95 % bootstrap interval over questions)", fontsize=11)
     fig.tight_layout()
     return stamp_note(fig, note)
 
