@@ -1,5 +1,6 @@
-"""The model zoo: captions laid into image tokens, held-out data, the tower = LLaVA's own image path, and the
-committed towers' measured abilities (fast: the weights are committed, nothing is trained here)."""
+"""The model zoo: captions laid into image tokens, held-out data, the tower = LLaVA's own image path, adapters
+merged into ordinary checkpoints, and the committed models' measured abilities (the weights are committed,
+nothing is trained here)."""
 from __future__ import annotations
 
 import json
@@ -78,42 +79,64 @@ def test_committed_zoo_records():
     """Every zoo model has committed weights and a record; trained towers read most easy-VQA test attributes (colour
     almost always), the under-trained ones hardly any (the numbers README reports)."""
     rec = zoo.zoo_records()
-    assert set(rec) == set(zoo.ZOO_MODELS)
+    assert set(zoo.ZOO_MODELS) <= set(rec)
     for s in zoo.ZOO_SPECS:
         assert zoo.weights_file("tower", s.tower).stat().st_size < 2_000_000
-        assert s.lora is None or zoo.weights_file("lora", s.lora).stat().st_size < 4_000_000
+        assert s.lora is None or zoo.weights_file("lora", s.lora).stat().st_size < 12_000_000
     for lm in zoo.LMS:
         good, weak = rec[f"zoo-{lm}-good"]["vision_accuracy"], rec[f"zoo-{lm}-weak"]["vision_accuracy"]
         assert good["easy-vqa/colour"] >= 90 and good["easy-vqa"] >= 60 and weak["easy-vqa"] <= good["easy-vqa"] - 40
+        assert rec[f"zoo-{lm}-good"]["steps"] == zoo.TRAIN["steps"]
+        assert rec[f"zoo-{lm}-weak"]["steps"] == zoo.TRAIN["weak_steps"]
     json.dumps(rec)  # plain JSON
 
 
-def test_good_tower_reads_held_out_pictures():
-    """Re-measure one committed tower on 60 easy-VQA *test* images (never trained on): colours read right, shapes
-    better than the 1-in-3 of a guess (the under-trained tower reads almost nothing)."""
+def test_caption_tower_reads_held_out_pictures():
+    """Re-measure a committed caption tower on 60 easy-VQA *test* images (never trained on): colours read right,
+    shapes better than the 1-in-3 of a guess; the same architecture untrained reads almost nothing."""
     data = zoo.easy_vqa_tower_data("test")
     sub = zoo.TowerData(data.pixels[:60], data.captions[:60], data.source[:60])
-    acc = zoo.vision_accuracy(zoo.load_weights("tower", "smollm2-good"), "smollm2", sub)
+    acc = zoo.vision_accuracy(zoo.load_weights("tower", "smollm2-caption"), "smollm2", sub)
     assert acc["easy-vqa/colour"] >= 85 and acc["easy-vqa/shape"] > 34
-    weak = zoo.vision_accuracy(zoo.load_weights("tower", "smollm2-weak"), "smollm2", sub)
-    assert weak["easy-vqa"] < 20
+    torch.manual_seed(0)
+    untrained = zoo.TowerProjector(zoo._lm_embeddings(zoo.LMS["smollm2"], torch.tensor([0]))[1]).state_dict()
+    assert zoo.vision_accuracy(untrained, "smollm2", sub)["easy-vqa"] < 20
 
 
-def test_lora_merges_into_the_weight_it_adapts():
-    """An adapter's output = the merged weight's (W + B A), hand-computed on a 2x3 layer; deltas name LM weights."""
-    base = torch.nn.Linear(3, 2, bias=False)
-    with torch.no_grad():
-        base.weight.copy_(torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 0.0]]))
-    m = zoo.LoRALinear(base, rank=1, scale=2.0, gen=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        m.lora_A.copy_(torch.tensor([[1.0, 1.0, 0.0]]))
-        m.lora_B.copy_(torch.tensor([[0.5], [0.0]]))
-    x = torch.tensor([[1.0, 2.0, 3.0]])
-    # W x = [7, 2]; A x = 3; B (A x) * 2 = [3, 0]
-    torch.testing.assert_close(m(x), torch.tensor([[10.0, 2.0]]))
-    state = zoo.lora_state({"layers.0.mlp.up_proj": m})
-    delta = zoo.lora_deltas(state)["layers.0.mlp.up_proj.weight"]
-    torch.testing.assert_close(x @ (base.weight + delta).T, m(x))
+#: a fixed easy-VQA test slice (seeded sample; never trained on): 40 questions, chance 45.6 %
+MC_SLICE = dict(split="test", n=40, seed=0)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 12 is open: the zoo's LMs answer letter multiple choice by position, "
+                                       "not from the picture (README, 'What limits the zoo')")
+@pytest.mark.parametrize("name", zoo.ZOO_MODELS)
+def test_zoo_model_beats_chance_and_the_best_reaches_halfway(name, tmp_path):
+    """Each zoo model, loaded by name as a user would, answers the standard-format circular multiple choice of a
+    fixed easy-VQA test slice better than chance; the -good ones at least halfway from chance to perfect (the
+    issue's mark: (accuracy - chance) / (1 - chance) >= 0.5)."""
+    from mmfragile.api import load_model
+    from mmfragile.data.easyvqa import load_easy_vqa
+
+    qs = load_easy_vqa(**MC_SLICE)
+    mc = zoo.mc_accuracy(load_model(name), qs, tmp_path)
+    assert mc["n_questions"] == 40 and mc["chance"] == pytest.approx(45.58, abs=0.01)
+    assert mc["accuracy"] > mc["chance"] + 5
+    if name.endswith("-good"):
+        assert mc["halfway"] >= 0.5
+
+
+def test_low_rank_state_round_trips_through_lora_deltas():
+    """A weight change of rank 2 (hand-built outer products) is stored exactly at rank >= 2 and as its best rank-1
+    approximation at rank 1 (the larger singular direction: 3 u1 v1^T of 3 u1 v1^T + 1 u2 v2^T)."""
+    u = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])          # out = 3
+    v = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])  # in = 4
+    d = 3.0 * torch.outer(u[:, 0], v[0]) + 1.0 * torch.outer(u[:, 1], v[1])
+    full = zoo.low_rank_state({"layers.0.mlp.up_proj.weight": d}, rank=4)
+    assert full["layers.0.mlp.up_proj.lora_A"].shape == (3, 4)      # rank capped by the matrix
+    torch.testing.assert_close(zoo.lora_deltas(full)["layers.0.mlp.up_proj.weight"], d)
+    one = zoo.lora_deltas(zoo.low_rank_state({"layers.0.mlp.up_proj.weight": d}, rank=1))
+    torch.testing.assert_close(one["layers.0.mlp.up_proj.weight"], 3.0 * torch.outer(u[:, 0], v[0]))
 
 
 def test_adapter_is_merged_into_the_llava_checkpoint(tmp_path):
@@ -129,10 +152,7 @@ def test_adapter_is_merged_into_the_llava_checkpoint(tmp_path):
                                       num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
     lm.save_pretrained(tmp_path / "lm")
     tok.save_pretrained(tmp_path / "lm")
-    adapter = zoo.LoRALinear(torch.nn.Linear(32, 64, bias=False), 2, 1.0, torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        adapter.lora_B.normal_()
-    deltas = zoo.lora_deltas(zoo.lora_state({"layers.1.mlp.up_proj": adapter}))
+    deltas = zoo.lora_deltas(zoo.low_rank_state({"layers.1.mlp.up_proj.weight": torch.randn(64, 32)}, rank=2))
     vision = CLIPVisionConfig(**zoo.VISION)
     zoo.save_llava(tmp_path / "vlm", vision, zoo.LMS["smollm2"].chat_template, "<|im_end|>", seed=0,
                    lm_dir=tmp_path / "lm", tie_embeddings=True, lm_deltas=deltas)
@@ -154,7 +174,7 @@ def test_answer_training_questions_and_prompts():
     pool = load_easy_vqa("train", n=400, seed=3)
     qs = zoo.answer_training_questions(pool, 41, seed=0)
     assert len(qs) == 41 and qs.question_id.is_unique
-    assert qs.category.value_counts().to_dict() == {"yes/no": 20, "colour": 11, "shape": 10}
+    assert qs.category.value_counts().to_dict() == {"yes/no": 25, "colour": 8, "shape": 8}
     prompts, targets, names = zoo.answer_training_prompts(qs, "<|im_end|>", seed=0, standard_share=0.25)
     for rec, p, t, f in zip(qs.to_dict("records"), prompts, targets, names):
         fmt = PromptFormat() if f == "standard" else PromptFormat.from_name(f)
