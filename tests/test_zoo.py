@@ -108,7 +108,7 @@ MC_SLICE = dict(split="test", n=40, seed=0)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 12 is open: the zoo's LMs answer letter multiple choice by position, "
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 12 is open: the zoo's LMs answer letter multiple choice by position, "
                                        "not from the picture (README, 'What limits the zoo')")
 @pytest.mark.parametrize("name", zoo.ZOO_MODELS)
 def test_zoo_model_beats_chance_and_the_best_reaches_halfway(name, tmp_path):
