@@ -166,7 +166,7 @@ def test_adapter_is_merged_into_the_llava_checkpoint(tmp_path):
 
 
 def test_answer_training_questions_and_prompts():
-    """Training questions: the asked count, half yes/no, the rest colour and shape; one prompt per question whose
+    """Training questions: the asked count, 60 % yes/no, the rest colour and shape; one prompt per question whose
     target is its answer ID (in the drawn format and shift) + the end-of-turn token."""
     from mmfragile.data.easyvqa import load_easy_vqa
     from mmfragile.prompts.formats import PromptFormat

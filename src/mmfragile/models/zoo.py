@@ -372,7 +372,8 @@ def weights_file(kind: str, key: str, folder: Path | None = None) -> Path:
 
 
 def save_weights(kind: str, key: str, state: dict[str, torch.Tensor], folder: Path | None = None) -> Path:
-    """Weights as float16 safetensors (a tower about 1 MB, an adapter about 2 MB)."""
+    """Weights as float16 safetensors (a tower about 1.4 MB; rank-32 changes of every linear weight of SmolLM2 about
+    20 MB)."""
     from safetensors.torch import save_file
 
     path = weights_file(kind, key, folder)
@@ -455,12 +456,12 @@ def mc_accuracy(model, questions: pd.DataFrame, store_dir: str | Path, progress:
     items = format_bias_items(model, questions, formats=[], include_standard=True)
     store = ResultStore(store_dir, config={"study": "zoo-mc-accuracy", "model": model.name, "n": len(questions)})
     res = run_items(model, items, store, progress=progress)
-    per_q = res.groupby("question_id").agg(correct=("correct", "mean"), n_options=("n_options", "first"))
+    per_q = res.groupby("question_id").agg(correct=("correct", "mean"), n_options=("n_options", "first"),
+                                           category=("category", "first"))
     acc, chance = float(per_q.correct.mean()), float((1 / per_q.n_options).mean())
-    category = questions.set_index("question_id").category.reindex(per_q.index)
     return {"accuracy": round(100 * acc, 2), "chance": round(100 * chance, 2),
             "halfway": round(halfway_score(acc, chance), 3), "coverage": round(100 * float(res.covered.mean()), 2),
-            "by_category": {str(c): round(100 * float(v), 2) for c, v in per_q.correct.groupby(category).mean().items()},
+            "by_category": {str(c): round(100 * float(v), 2) for c, v in per_q.groupby("category").correct.mean().items()},
             "n_questions": int(len(per_q)), "n_items": int(len(res))}
 
 

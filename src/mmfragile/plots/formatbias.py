@@ -182,7 +182,6 @@ def plot_format_accuracy_ci(ci: pd.DataFrame, note: str | None = None, title: st
     Args:
         ci: output of :func:`mmfragile.metrics.formatbias.format_accuracy_ci`.
     """
-    ci = ci.copy()
     ds_list = _ordered(ci["dataset"], DATASETS)
     models = _ordered(ci["model"], MODELS)
     palette = dict(zip(models, sns.color_palette("tab10", len(models))))
