@@ -37,8 +37,12 @@ def run_vllm(spec: str, calls: list, tmp: Path) -> dict:
         pytest.skip(f"no vLLM environment at {vllm_venv()}: create it with scripts/install_vllm.sh (.ci/run does)")
     from mmfragile.models.embedded import EMBEDDED_MODELS, embedded_model_path
 
+    from mmfragile.models.zoo import ZOO_MODELS, zoo_model_path
+
     if spec.partition("@")[0] in EMBEDDED_MODELS:  # build the checkpoint here: the vLLM venv lacks the GGUF packages
         embedded_model_path(spec.partition("@")[0])
+    if spec in ZOO_MODELS:
+        zoo_model_path(spec)
     job, out = tmp / "job.pkl", tmp / "out.pkl"
     job.write_bytes(pickle.dumps({"spec": spec, "kwargs": {"enforce_eager": True}, "calls": calls}))
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
@@ -194,3 +198,21 @@ def test_image_generation_and_loglikelihood_equal_hf(smollm2_vlm, vlm_case):
     assert vl["gen"] == smollm2_vlm.generate(vlm_case["gen_prompts"], max_new_tokens=10)
     for got, want in zip(vl["ll"], smollm2_vlm.loglikelihood(*vlm_case["ll"])):
         assert got.n_tokens == want.n_tokens and abs(got.logprob - want.logprob) < 2e-3 * max(1, want.n_tokens)
+
+
+# ---------------------------------------------------------------------------------------------- the zoo: gemma3
+def test_zoo_model_runs_in_vllm_as_in_transformers(tmp_path):
+    """A zoo checkpoint (Gemma-3 text model behind a trained tower, answering changes merged) is an ordinary LLaVA
+    checkpoint: vLLM answers easy-VQA test questions in four formats exactly as the transformers engine does."""
+    from mmfragile.api import load_model
+    from mmfragile.data.easyvqa import load_easy_vqa
+
+    model = load_model("zoo-gemma3-good")
+    qs = load_easy_vqa("test", n=3, seed=0)
+    fmts = [f for f in all_formats() if f.separator == "line_break" and f.delimiter in ("dot", "bracket")
+            and f.option_ids in ("uppercase", "numbers")]
+    items = format_bias_items(model, qs, formats=fmts)
+    vl = run_vllm("zoo-gemma3-good", [("grid", "run_items", (items, str(tmp_path / "store")))], tmp_path)
+    hf = run_items(model, items, ResultStore(tmp_path / "hf"), mode="engine", progress=False)
+    assert_same_grid(hf, vl["grid"], model, items)
+    assert hf.correct.mean() > 0.5  # it sees: easy-VQA chance is about 0.46

@@ -62,6 +62,10 @@ def _load_vllm(spec: str, **kwargs) -> MLLM:
     name, _, seed = spec.partition("@")
     if name in EMBEDDED_MODELS:
         return VLLMModel(embedded_model_path(name, int(seed or 0)), name=spec, **kwargs)
+    if spec in ZOO_MODELS:
+        from .models.zoo import zoo_model_path
+
+        return VLLMModel(zoo_model_path(spec), name=spec, **kwargs)
     if Path(spec).exists():
         return VLLMModel(spec, **kwargs)
     from huggingface_hub import snapshot_download

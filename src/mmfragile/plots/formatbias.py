@@ -211,7 +211,7 @@ def plot_format_accuracy_ci(ci: pd.DataFrame, note: str | None = None, title: st
         ax.set_xlim(-0.7, len(fmt_keys) - 0.3)
         ax.set_ylabel(f"{ds}\naccuracy (%)")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right", ncols=min(2, len(models)))
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)  # beside, not on, the data
     fig.suptitle(title or "Accuracy per prompt format (95 % bootstrap interval over questions)", fontsize=11)
     fig.tight_layout()
     return stamp_note(fig, note)
