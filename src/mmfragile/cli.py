@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--out", default="papermill_runs")
 
     f = sub.add_parser("formats", help="format-bias grid for one model and dataset (resumable)")
-    f.add_argument("--model", default="smollm2-vlm")
-    f.add_argument("--dataset", default="synthetic-image")
+    f.add_argument("--model", default="zoo-smollm2-good")
+    f.add_argument("--dataset", default="easy-vqa")
     f.add_argument("--n", type=int, default=None, help="first n questions")
     f.add_argument("--out", required=True, help="result store folder (resumes if it exists)")
     f.add_argument("--mode", default="auto", choices=["auto", "engine", "generate"])
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pc = sub.add_parser("promptception", help="Promptception run (61 prompt types) for a model and dataset "
                                               "(resumable)")
-    pc.add_argument("--model", default="smollm2-vlm")
+    pc.add_argument("--model", default="zoo-smollm2-good")
     pc.add_argument("--dataset", default="synthetic-vqa")
     pc.add_argument("--n", type=int, default=None, help="questions, spread over modalities (default: all)")
     pc.add_argument("--out", required=True, help="result store folder (resumes if it exists)")
