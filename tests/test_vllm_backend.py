@@ -36,7 +36,6 @@ def run_vllm(spec: str, calls: list, tmp: Path) -> dict:
     if not py.exists():
         pytest.skip(f"no vLLM environment at {vllm_venv()}: create it with scripts/install_vllm.sh (.ci/run does)")
     from mmfragile.models.embedded import EMBEDDED_MODELS, embedded_model_path
-
     from mmfragile.models.zoo import ZOO_MODELS, zoo_model_path
 
     if spec.partition("@")[0] in EMBEDDED_MODELS:  # build the checkpoint here: the vLLM venv lacks the GGUF packages

@@ -23,7 +23,7 @@ from pathlib import Path
 from .data.loaders import load_dataset  # noqa: F401  (re-exported)
 from .models.base import MLLM
 from .models.embedded import EMBEDDED_MODELS, EMBEDDED_NOTE, load_embedded
-from .models.zoo import ZOO_MODELS, load_zoo
+from .models.zoo import ZOO_MODELS, load_zoo, zoo_model_path
 
 
 def load_model(spec: str, backend: str = "hf", **kwargs) -> MLLM:
@@ -63,8 +63,6 @@ def _load_vllm(spec: str, **kwargs) -> MLLM:
     if name in EMBEDDED_MODELS:
         return VLLMModel(embedded_model_path(name, int(seed or 0)), name=spec, **kwargs)
     if spec in ZOO_MODELS:
-        from .models.zoo import zoo_model_path
-
         return VLLMModel(zoo_model_path(spec), name=spec, **kwargs)
     if Path(spec).exists():
         return VLLMModel(spec, **kwargs)

@@ -82,7 +82,8 @@ TRAIN = dict(steps=2500, weak_steps=400, batch_size=32, lr=3e-3, seed=0, n_synth
 
 #: The zoo: each LM after its answering stage (``lora-<lm>-answer``), behind its trained and its under-trained tower.
 ZOO_SPECS = (
-    ZooSpec("zoo-smollm2-good", "smollm2", "smollm2-caption", "smollm2-answer", "SmolLM2-135M-Instruct + trained tower"),
+    ZooSpec("zoo-smollm2-good", "smollm2", "smollm2-caption", "smollm2-answer",
+            "SmolLM2-135M-Instruct + trained tower"),
     ZooSpec("zoo-smollm2-weak", "smollm2", "smollm2-caption-weak", "smollm2-answer",
             "SmolLM2-135M-Instruct + under-trained tower"),
     ZooSpec("zoo-gemma3-good", "gemma3", "gemma3-caption", "gemma3-answer", "Gemma-3-270M base + trained tower"),
@@ -118,7 +119,8 @@ def scene_caption(scene) -> list[Piece]:
 
     objs = sorted(scene, key=lambda s: (s.y, s.x))
     n = len(objs)
-    out: list[Piece] = [*OPENING, (f" {NUMBER_WORDS[n]}", "count"), (" shape" if n == 1 else " shapes", None), (":", None)]
+    out: list[Piece] = [*OPENING, (f" {NUMBER_WORDS[n]}", "count"), (" shape" if n == 1 else " shapes", None),
+                        (":", None)]
     for k, s in enumerate(objs):
         if k:
             out.append((" and" if k == n - 1 else ",", None))
@@ -174,6 +176,12 @@ def _preprocess(images) -> torch.Tensor:
     return torch.cat(out)
 
 
+def has_caption(attributes: dict) -> bool:
+    """Whether an easy-VQA picture's known attributes (:func:`~mmfragile.data.easyvqa.image_attributes`) give its
+    whole caption: both its shape and its colour."""
+    return "shape" in attributes and "colour" in attributes
+
+
 def easy_vqa_tower_data(split: str) -> TowerData:
     """Every easy-VQA image of ``split`` whose shape and colour its questions state."""
     from PIL import Image
@@ -181,7 +189,7 @@ def easy_vqa_tower_data(split: str) -> TowerData:
     from ..data.easyvqa import image_attributes
 
     attrs = image_attributes(split)
-    keep = sorted((p, a) for p, a in attrs.items() if "shape" in a and "colour" in a)
+    keep = sorted((p, a) for p, a in attrs.items() if has_caption(a))
     images = []
     for p, _ in keep:
         with Image.open(p) as im:
@@ -325,8 +333,8 @@ def train_tower(lm_key: str, snapshots: Sequence[int], data: TowerData | None = 
             state[b2] = state[b2] * sd + mu
             keep[step] = state
     rec = TrainRecord(lm_key, steps, batch_size, lr, seed,
-                      {k: int(v) for k, v in pd.Series(data.source).value_counts().items()}, round(time.perf_counter() - t0, 1),
-                      torch.get_num_threads(), torch.__version__)
+                      {k: int(v) for k, v in pd.Series(data.source).value_counts().items()},
+                      round(time.perf_counter() - t0, 1), torch.get_num_threads(), torch.__version__)
     return keep, rec
 
 
@@ -471,7 +479,8 @@ def mc_accuracy(model, questions: pd.DataFrame, store_dir: str | Path, progress:
     acc, chance = float(per_q.correct.mean()), float((1 / per_q.n_options).mean())
     return {"accuracy": round(100 * acc, 2), "chance": round(100 * chance, 2),
             "halfway": round(halfway_score(acc, chance), 3), "coverage": round(100 * float(res.covered.mean()), 2),
-            "by_category": {str(c): round(100 * float(v), 2) for c, v in per_q.groupby("category").correct.mean().items()},
+            "by_category": {str(c): round(100 * float(v), 2)
+                            for c, v in per_q.groupby("category").correct.mean().items()},
             "n_questions": int(len(per_q)), "n_items": int(len(res))}
 
 
@@ -511,7 +520,7 @@ def answer_training_questions(questions: pd.DataFrame, attributes: dict[str, dic
                                seed: int) -> pd.DataFrame:
     """``n`` questions (easy-VQA's own mix of yes/no, colour and shape) in random order, each on an image whose shape
     and colour ``attributes`` (:func:`~mmfragile.data.easyvqa.image_attributes`) know, so its caption is exact."""
-    known = questions.images.map(lambda ims: {"shape", "colour"} <= set(attributes.get(ims[0], {})))
+    known = questions.images.map(lambda ims: has_caption(attributes.get(ims[0], {})))
     pool = questions[known]
     if len(pool) < n:
         raise ValueError(f"{n} training questions asked, {len(pool)} have an image of known shape and colour")
@@ -560,15 +569,16 @@ class AnswerRecord:
 
 def train_answering(lm_key: str, snapshots: Sequence[int], steps: int = ANSWER["steps"],
                     batch_size: int = ANSWER["batch_size"], lr: float = ANSWER["lr"], warmup: int = ANSWER["warmup"],
-                    rank: int = ANSWER["rank"], seed: int = ANSWER["seed"], progress: bool = True,
+                    max_grad_norm: float = ANSWER["max_grad_norm"], rank: int = ANSWER["rank"],
+                    seed: int = ANSWER["seed"], progress: bool = True,
                     on_snapshot: Callable[[int, dict[str, torch.Tensor]], None] | None = None,
                     ) -> tuple[dict[int, dict[str, torch.Tensor]], AnswerRecord]:
     """Fine-tune ``lm_key``'s linear weights to answer easy-VQA *train* questions in the standard prompt format of
     study 1 (random circular shift), the image slots holding the exact caption embeddings of the picture (right
     aligned, filler before: :func:`caption_targets`). Loss: cross-entropy of the answer ID and the end-of-turn
-    token. AdamW, linear warm-up then cosine decay to a tenth, gradients clipped to norm ``max_grad_norm``. Returns ``{step: rank-``rank`` weight changes as
-    lora_A / lora_B}`` for each step of ``snapshots`` (also handed to ``on_snapshot`` as taken) and the run's
-    record."""
+    token. AdamW, linear warm-up then cosine decay to a tenth, gradients clipped to norm ``max_grad_norm``.
+    Returns ``{step: rank-``rank`` weight changes as lora_A / lora_B}`` for each step of ``snapshots`` (also handed
+    to ``on_snapshot`` as taken) and the run's record."""
     from tqdm.auto import tqdm
 
     from ..data.easyvqa import image_attributes, load_easy_vqa
@@ -617,7 +627,7 @@ def train_answering(lm_key: str, snapshots: Sequence[int], steps: int = ANSWER["
         loss.backward()
         # Gemma-3 base has never ended a turn: its first steps' end-of-turn loss (~30 nats) would otherwise fill
         # Adam's second moments for hundreds of steps
-        torch.nn.utils.clip_grad_norm_(list(weights.values()), ANSWER["max_grad_norm"])
+        torch.nn.utils.clip_grad_norm_(list(weights.values()), max_grad_norm)
         opt.step()
         sched.step()
         first = k - n_cont                                                  # the answer ID's first token
