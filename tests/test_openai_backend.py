@@ -14,6 +14,7 @@ import math
 import socket
 import threading
 import time
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -22,8 +23,9 @@ from PIL import Image
 
 pytest.importorskip("openai")
 
-from mmfragile.models.base import LogLik, Prompt  # noqa: E402
-from mmfragile.models.openai_api import APIError, OpenAIChatModel, _parse_retry_after, request_cache_key
+from mmfragile.models.base import LogLik, NoOutput, Prompt, is_no_output  # noqa: E402
+from mmfragile.models.openai_api import (APIError, CorruptCacheWarning, OpenAIChatModel, _parse_retry_after,
+                                         request_cache_key)
 from mmfragile.schema import DataError
 
 TOP = [  # first-token alternatives the fake server returns for logprobs requests
@@ -51,6 +53,7 @@ class FakeServer:
         self.max_in_flight = 0
         self.barrier: threading.Barrier | None = None
         self.delay_by_text: dict[str, float] = {}
+        self.choice_by_text: dict[str, dict] = {}  # user text -> the reply's choice (null content, tool calls ...)
         state = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -90,6 +93,8 @@ class FakeServer:
                         out = {"id": "x", "object": "chat.completion", "model": body["model"],
                                "choices": [{"index": 0, "finish_reason": "stop",
                                             "message": {"role": "assistant", "content": f"ans[{text}]"}}]}
+                        if text in state.choice_by_text:
+                            out["choices"] = [{"index": 0, **state.choice_by_text[text]}]
                         if body.get("logprobs"):
                             k = body.get("top_logprobs", 0)
                             out["choices"][0]["logprobs"] = {"content": [
@@ -317,6 +322,53 @@ def test_cache_hit_makes_no_request(server, tmp_path):
     assert len(list(cache.glob("*.json"))) == 6
 
 
+def _cache_file(model: OpenAIChatModel, prompt: Prompt, max_new_tokens: int):
+    return model.cache_dir / f"{request_cache_key('chat/completions', model._chat_body(prompt, max_new_tokens))}.json"
+
+
+def test_corrupt_cache_files_are_requested_again_with_a_warning(server, tmp_path):
+    """Truncated / invalid JSON, a record without a response object, another request's entry: each is reported
+    by name and requested again - never a crash, never its contents returned - and the reply repairs the file."""
+    cache = tmp_path / "cache"
+    prompts = [Prompt(f"k{i}") for i in range(5)]
+    first = make_model(server, cache_dir=cache).generate(prompts, max_new_tokens=4)
+    assert server.n_requests == 5
+    m = make_model(server, cache_dir=cache)
+    files = [_cache_file(m, p, 4) for p in prompts]
+    assert all(f.exists() for f in files)
+    files[0].write_bytes(files[0].read_bytes()[:40])                      # truncated (a kill mid-copy, a full disk)
+    files[1].write_bytes(b"\xff\xfe not json at all")                      # garbage, not even UTF-8
+    files[2].write_text(json.dumps({"key": files[2].stem, "response": "ans[k9]"}))  # JSON, but no response object
+    files[3].write_bytes(files[4].read_bytes())                           # another request's entry (copied file)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = m.generate(prompts, max_new_tokens=4)
+    assert again == first == [f"ans[k{i}]" for i in range(5)]
+    assert server.n_requests == 5 + 4 and m.n_cache_hits == 1
+    msgs = [str(w.message) for w in caught if w.category is CorruptCacheWarning]
+    assert len(msgs) == 4
+    for f, why in zip(files, ["not valid JSON", "not valid JSON", "no response object", "another request"]):
+        assert any(str(f) in msg and why in msg and "requesting again" in msg for msg in msgs), (f, msgs)
+    for f in files:                                                       # repaired by the new replies
+        assert json.loads(f.read_text())["key"] == f.stem
+    third = make_model(server, cache_dir=cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CorruptCacheWarning)
+        assert third.generate(prompts, max_new_tokens=4) == first
+    assert server.n_requests == 9 and third.n_cache_hits == 5
+
+
+def test_cache_that_cannot_be_used_at_all_warns_and_still_answers(server, tmp_path):
+    not_a_dir = tmp_path / "cache"
+    not_a_dir.write_text("a file where the cache folder should be")      # every read and write fails with OSError
+    m = make_model(server, cache_dir=not_a_dir)
+    with pytest.warns(CorruptCacheWarning) as rec:
+        assert m.generate([Prompt("w")], max_new_tokens=4) == ["ans[w]"]
+    msgs = [str(w.message) for w in rec]
+    assert any("cannot read cache file" in x for x in msgs) and any("cannot write cache file" in x for x in msgs)
+    assert all(str(not_a_dir) in x for x in msgs)
+
+
 def test_cache_key_is_canonical():
     a = {"model": "m", "temperature": 0, "messages": [{"role": "user", "content": "x"}]}
     b = {"messages": [{"content": "x", "role": "user"}], "temperature": 0, "model": "m"}
@@ -496,3 +548,63 @@ def test_official_client_inside_a_running_event_loop_and_after_close(server):
     m.close()
     assert m.generate([Prompt("again")]) == ["ans[again]"]
     m.close()
+
+
+# ------------------------------------------------------------------------------ replies without text
+NO_TEXT = {
+    "refused": {"finish_reason": "stop",
+                "message": {"role": "assistant", "content": None, "refusal": "I'm sorry, I can't help with that."}},
+    "tool": {"finish_reason": "tool_calls",
+             "message": {"role": "assistant", "content": None, "tool_calls": [
+                 {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\": \"A\"}"}}]}},
+    "filtered": {"finish_reason": "content_filter", "message": {"role": "assistant", "content": None}},
+    "parts": {"finish_reason": "stop",
+              "message": {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]}},
+}
+REASONS = {"refused": "refusal: I'm sorry, I can't help with that.", "tool": "tool_calls: lookup",
+           "filtered": "finish_reason: content_filter", "parts": "refusal: No."}
+
+
+def test_null_content_is_an_unparseable_output_with_its_reason(server, tmp_path):
+    server.choice_by_text.update({f"{t}\nAnswer:": c for t, c in NO_TEXT.items()})  # the prefix joins the user text
+    server.choice_by_text["textparts\nAnswer:"] = {"finish_reason": "stop", "message": {
+        "role": "assistant", "content": [{"type": "text", "text": "Answer: "}, {"type": "text", "text": "B"}]}}
+    texts = ["refused", "tool", "ok", "filtered", "parts", "textparts"]
+    prompts = [Prompt(t, assistant_prefix="Answer:") for t in texts]
+    m = make_model(server, cache_dir=tmp_path / "cache")
+    with pytest.warns(UserWarning, match="4 of 6 replies carried no text.*refusal: I'm sorry"):
+        outs = m.generate(prompts, max_new_tokens=4)
+    assert outs[2] == "ans[ok\nAnswer:]" and not isinstance(outs[2], NoOutput)
+    assert outs[5] == "B" and not is_no_output(outs[5])                    # text parts joined, echoed prefix cut
+    for t, out in zip(texts, outs):
+        if t not in REASONS:
+            continue
+        assert isinstance(out, NoOutput) and is_no_output(out) and out != ""
+        assert out.reason == REASONS[t] and out == NoOutput.PREFIX + REASONS[t]
+    # a cache hit gives the same outputs, reasons included
+    again = make_model(server, cache_dir=tmp_path / "cache")
+    with pytest.warns(UserWarning, match="4 of 6"):
+        assert again.generate(prompts, max_new_tokens=4) == outs
+    assert again.n_http_requests == 0
+
+
+def test_null_content_rows_are_stored_out_of_coverage_with_the_reason(server, tmp_path):
+    """Through the runner into the store: no row dropped, the reason in raw_output, covered/correct False."""
+    from mmfragile.evaluate import EvalItem, run_items
+    from mmfragile.store import ResultStore
+
+    server.choice_by_text.update(NO_TEXT)
+    server.choice_by_text["good"] = {"finish_reason": "stop", "message": {"role": "assistant", "content": "A"}}
+    texts = ["refused", "tool", "good", "filtered", "parts"]
+    items = [EvalItem(key={"dataset": "d", "question_id": t, "variant": "v"}, prompt=Prompt(t),
+                      option_ids=["A", "B"], answer_id="A") for t in texts]
+    with pytest.warns(UserWarning, match="4 of 5 replies carried no text"):
+        df = run_items(make_model(server), items, ResultStore(tmp_path / "store"), mode="generate",
+                       progress=False)
+    df = df.set_index("question_id")
+    assert sorted(df.index) == sorted(texts)                              # nothing dropped
+    assert df.loc["good", "raw_output"] == "A" and df.loc["good", "covered"] and df.loc["good", "correct"]
+    for t in REASONS:
+        row = df.loc[t]
+        assert row["raw_output"] == NoOutput.PREFIX + REASONS[t] and is_no_output(row["raw_output"])
+        assert not row["covered"] and not row["correct"] and row["selected_position"] == -1

@@ -233,9 +233,9 @@ def test_prompt_type_and_to_prompt():
     assert isinstance(pt, PromptType) and pt.intent == "positive" and pt.category == 13
     assert pt.instruction(modality="video").startswith("**Warning:** An **incorrect answer**")
     assert "Carefully examine all details in the video" in pt.instruction(modality="video")
-    q = MCQuestion("d", "i", "Q?", ["a", "b"], 1, images=["/tmp/x.png"])
+    q = MCQuestion("d", "i", "Q?", ["a", "b"], 1, images=["images/x.png"])
     p = render("1.1", q).to_prompt()
-    assert p.images == ["/tmp/x.png"] and p.text.startswith("Q?\nA. a\nB. b\n")
+    assert p.images == ["images/x.png"] and p.text.startswith("Q?\nA. a\nB. b\n")
 
 
 def test_catalog_file_is_reproducible_from_seed(tmp_path):

@@ -2,6 +2,7 @@
 points, no timing), corrupt parts, compaction, manifests; and a killed-and-resumed format-bias CLI run."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 
 from mmfragile.faults import KILL_EXIT_CODE
-from mmfragile.store import ConfigMismatch, CorruptPartWarning, ResultStore, merge_stores
+from mmfragile.store import ConfigMismatch, CorruptPartWarning, PartReadError, ResultStore, merge_stores
 
 KEY = ["model", "dataset", "question_id", "variant"]
 
@@ -281,3 +282,111 @@ def test_parts_of_older_stores_are_read_and_compacted(tmp_path):
     st.append(_rows([2, 3]))
     assert st.compact() == 3 and len(_parts(tmp_path)) == 1
     assert sorted(ResultStore(tmp_path).read().question_id.astype(int)) == [0, 1, 2, 3]
+
+
+# ------------------------------------------------------------------------------------------- read errors
+class _FlakyFile:
+    """A part's file whose first ``fail`` reads raise ``OSError(code)`` (EIO, EAGAIN ...): a disk that fails to
+    deliver bytes, not a corrupt part."""
+
+    def __init__(self, f, fail: int, code: int):
+        self.f, self.fail, self.code = f, fail, code
+
+    def read(self, n=-1):
+        if self.fail > 0:
+            self.fail -= 1
+            raise OSError(self.code, os.strerror(self.code))
+        return self.f.read(n)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+def _flaky_open(monkeypatch, target: Path, failures: list):
+    """Replace the store's OS-level open: for ``target``, each open pops its fault from ``failures`` - an int n
+    (the first n reads fail with EIO) or an exception (the open itself raises it); other parts open normally."""
+    import mmfragile.store as store_mod
+
+    real = store_mod._open_part
+    opened = []
+
+    def fake(path):
+        f = real(path)
+        if Path(path).name != target.name:
+            return f
+        opened.append(path)
+        if not failures:
+            return f
+        fault = failures.pop(0)
+        if isinstance(fault, BaseException):
+            f.close()
+            raise fault
+        return _FlakyFile(f, fault, errno.EIO)
+
+    monkeypatch.setattr(store_mod, "_open_part", fake)
+    return opened
+
+
+def test_transient_read_errors_are_retried_and_never_quarantine_a_good_part(tmp_path, monkeypatch):
+    """A read that fails with an OSError (EIO, EAGAIN) says nothing about the part: it is retried and the part
+    is neither quarantined nor lost; a part that does not parse (truncated) still is quarantined."""
+    import mmfragile.store as store_mod
+
+    delays = []
+    monkeypatch.setattr(store_mod, "_sleep", delays.append)        # backoff without waiting
+    st = ResultStore(tmp_path, compact_fanout=0)
+    for lo in (0, 10, 20):
+        st.append(_rows(range(lo, lo + 10)))
+    good, flaky, truncated = _parts(tmp_path)
+    truncated.write_bytes(truncated.read_bytes()[:200])
+    # the flaky part: the first open fails with EAGAIN, the next two reads fail with EIO on their first read
+    opened = _flaky_open(monkeypatch, flaky, [OSError(errno.EAGAIN, "Resource temporarily unavailable"), 1, 1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = ResultStore(tmp_path).read()
+    assert len(opened) == 4 and len(delays) == 3                   # three failed attempts, the fourth read it
+    msgs = [str(w.message) for w in caught if w.category is CorruptPartWarning]
+    assert len(msgs) == 1 and str(truncated) in msgs[0]           # only the truncated part
+    assert flaky.exists() and good.exists() and not (tmp_path / "quarantine" / flaky.name).exists()
+    assert not truncated.exists() and (tmp_path / "quarantine" / truncated.name).exists()
+    assert sorted(df.question_id.astype(int)) == list(range(20))  # nothing of the flaky part lost
+    # the same through pending (a resuming run): the flaky part's rows count as done, not as to redo
+    _flaky_open(monkeypatch, flaky, [1])
+    assert ResultStore(tmp_path).pending(pd.DataFrame(_rows(range(30)))[KEY]).tolist() == [False] * 20 + [True] * 10
+
+
+def test_a_part_that_stays_unreadable_raises_naming_it_and_stays(tmp_path, monkeypatch):
+    import mmfragile.store as store_mod
+
+    delays = []
+    monkeypatch.setattr(store_mod, "_sleep", delays.append)
+    st = ResultStore(tmp_path, compact_fanout=0)
+    st.append(_rows(range(5)))
+    st.append(_rows(range(5, 10)))
+    part = _parts(tmp_path)[1]
+    attempts = len(store_mod.READ_RETRY_DELAYS) + 1
+    _flaky_open(monkeypatch, part, [10] * attempts)               # every attempt fails (a dying disk)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CorruptPartWarning)        # never quarantined
+        with pytest.raises(PartReadError, match=f"{part}.*cannot read.*Errno {errno.EIO}.*{attempts} attempt") as ei:
+            ResultStore(tmp_path).read()
+    assert isinstance(ei.value, OSError) and ei.value.errno == errno.EIO and ei.value.filename == str(part)
+    assert delays == list(store_mod.READ_RETRY_DELAYS)
+    assert part.exists() and not (tmp_path / "quarantine").exists()
+    assert len(ResultStore(tmp_path).read()) == 10                # the disk recovered: every row is there
+
+
+def test_read_error_fault_point_is_retried(tmp_path, monkeypatch):
+    """The same through the deterministic fault point (``MMFRAGILE_FAIL_AT=store.read:1:EIO``)."""
+    import mmfragile.store as store_mod
+    from mmfragile import faults
+
+    monkeypatch.setattr(store_mod, "_sleep", lambda s: None)
+    ResultStore(tmp_path).append(_rows(range(4)))
+    monkeypatch.setenv("MMFRAGILE_FAIL_AT", "store.read:1:EIO")
+    faults.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CorruptPartWarning)
+        assert len(ResultStore(tmp_path).read()) == 4
+    assert faults._fail_counts["store.read"] >= 2 and len(_parts(tmp_path)) == 1
+    faults.reset()

@@ -26,6 +26,9 @@ from mmfragile.prompts.formats import all_formats, build_cloze_prompt
 from mmfragile.store import ResultStore
 
 pytestmark = pytest.mark.vllm
+# seeded sampling, HF against vLLM: one prompt, DIST_N seeds, one token each, at (temperature, top_p)
+DIST_PROMPT = Prompt("Name one colour.", assistant_prefix="My favourite colour is")
+DIST_N, DIST_PARAMS = 300, (0.7, 0.9)
 REPO = Path(__file__).resolve().parents[1]
 KEY = ["question_id", "variant"]
 
@@ -112,7 +115,8 @@ def text_case(smollm2, synthetic, tmp_path_factory):
              ("stats", "stats", ()),
              ("sampled", "generate_sampled", (gen_prompts, 5, seeds)),
              ("sampled_rev", "generate_sampled", (gen_prompts[::-1], 5, seeds[::-1])),
-             ("sampled_same", "generate_sampled", ([gen_prompts[0]] * 3, 5, [1, 2, 3]))]
+             ("sampled_same", "generate_sampled", ([gen_prompts[0]] * 3, 5, [1, 2, 3])),
+             ("sampled_dist", "generate_sampled", ([DIST_PROMPT] * DIST_N, 1, list(range(DIST_N)), *DIST_PARAMS))]
     vl = run_vllm("smollm2", calls, tmp)
     return dict(vl=vl, items=items, gen_prompts=gen_prompts, ll=(ll_prompts, ll_conts), long=(long_p, long_c), tmp=tmp)
 
@@ -148,6 +152,40 @@ def test_seeded_sampling_depends_on_the_seed_not_the_batch(text_case):
     vl = text_case["vl"]
     assert vl["sampled"] == vl["sampled_rev"][::-1]
     assert len(set(vl["sampled_same"])) > 1  # one prompt, three seeds: three samples, not one greedy text
+
+
+def test_sampling_draws_the_hf_distribution(smollm2, text_case):
+    """HF and vLLM sample the same distribution, softmax(logits / T) over the top-p nucleus; not the same
+    samples: vLLM's CPU sampler adds Gumbel noise from a fused kernel (per-token SplitMix64 streams seeded from
+    the request's generator, ``topk_topp_sampler.forward_cpu``), the HF backend from one torch.Generator per
+    prompt, so a seed names a different draw on each backend (documented in ``generate_sampled``). Both are
+    checked against the exact distribution of the HF logits with a chi-square test over the same seeds."""
+    from scipy.stats import chisquare
+
+    from test_sampling import nucleus_distribution
+
+    temperature, top_p = DIST_PARAMS
+    logits = smollm2.next_token_logits([DIST_PROMPT])[0].double().numpy()
+    want = nucleus_distribution(logits, temperature, top_p)
+    support = np.flatnonzero(want)
+    assert (want * DIST_N >= 5).sum() >= 5  # a spread-out first token: the test can tell distributions apart
+    texts = [smollm2.tokenizer.decode([int(t)], skip_special_tokens=True) for t in range(len(want))]
+    cells = sorted({texts[t] for t in support})
+    expected = np.array([sum(want[t] for t in support if texts[t] == c) for c in cells])
+    old, smollm2.batch_size = smollm2.batch_size, 50  # one short prompt: big batches, same draws (batch-invariant)
+    try:
+        hf = smollm2.generate_sampled([DIST_PROMPT] * DIST_N, 1, list(range(DIST_N)), temperature, top_p)
+    finally:
+        smollm2.batch_size = old
+    for name, samples in (("hf", hf), ("vllm", text_case["vl"]["sampled_dist"])):
+        assert set(samples) <= set(cells), (name, set(samples) - set(cells))  # nothing outside the nucleus
+        counts = np.array([samples.count(c) for c in cells])
+        big = expected * DIST_N >= 5  # pool the rare cells, as a chi-square test needs
+        obs = np.append(counts[big], counts[~big].sum())
+        exp = np.append(expected[big], expected[~big].sum()) * DIST_N
+        obs, exp = obs[exp > 0], exp[exp > 0]
+        assert chisquare(obs, exp).pvalue > 1e-3, (name, dict(zip(cells, counts)))
+    assert hf != text_case["vl"]["sampled_dist"]  # same seeds, other draws (see the docstring)
 
 
 # ---------------------------------------------------------------------------------------------- images: smollm2-vlm

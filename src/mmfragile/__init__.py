@@ -31,6 +31,7 @@ _LAZY = {
     "DataError": "mmfragile.schema",
     "run_grid": "mmfragile.grid",
     "run_pipeline": "mmfragile.grid",
+    "build_report": "mmfragile.report",
 }
 
 __all__ = sorted(_LAZY)

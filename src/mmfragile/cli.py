@@ -10,6 +10,7 @@ Commands
   judge       MM-JudgeBias judgments of a judge on the synthetic judge set (same --shard / --workers)
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded models, the model zoo and data once (offline)
+  report      a fragility report (report.html, report.md, report.json) of result stores of any study
 """
 from __future__ import annotations
 
@@ -88,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--batch-size", type=int, default=32)
     f.add_argument("--flush-every", type=int, default=256, help="rows per Parquet part (smaller = less lost on a kill)")
     f.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 + standard)")
+    f.add_argument("--standard-format", default=None, metavar="NAME",
+                   help="format of the 'standard' variant (e.g. uppercase-dot-line_break), needed for a dataset "
+                        "without a Table 5 standard format (generic:...); 'none' leaves the standard variant out "
+                        "(default: the dataset's standard format)")
     f.add_argument("--skip-bad-rows", action="store_true",
                    help="leave out bad input rows (missing file, corrupt image, answer not an option, ...) instead of "
                         "stopping; they are listed in the store's config.json under run_info.skipped_rows")
@@ -150,21 +155,40 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("prepare", help="build the embedded models and data (no network)")
 
+    rp = sub.add_parser("report", help="fragility report of result stores: self-contained report.html + .md + .json")
+    rp.add_argument("stores", nargs="+", help="result stores, or folders holding stores (any study)")
+    rp.add_argument("--out", required=True, help="folder for report.html, report.md, report.json and figures/")
+    rp.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws over questions (default 1000)")
+    rp.add_argument("--seed", type=int, default=0, help="bootstrap seed (the report is deterministic)")
+    rp.add_argument("--level", type=float, default=0.95, help="interval coverage (default 0.95)")
+    rp.add_argument("--title", default=None)
+    rp.add_argument("--screenshot", default=None, metavar="PNG",
+                    help="also a PNG screenshot of the page (needs chromium: scripts/install_browser.sh)")
+    rp.add_argument("--screenshot-height", type=int, default=None, help="screenshot height in px (default: whole page)")
+
     a = ap.parse_args(argv)
     if a.cmd == "reproduce":
         from .grid import REPO_ROOT, run_pipeline
 
         run_pipeline(a.pipeline or REPO_ROOT / "notebooks" / "pipeline.yaml", profile=a.profile, only=a.only,
                      out_dir=a.out or REPO_ROOT / "papermill_runs")
+        if not a.only or any(o in "report" for o in a.only):  # the profile's fragility report (pipeline.yaml `report`)
+            from .report import report_for_profile
+
+            report_for_profile(a.pipeline or REPO_ROOT / "notebooks" / "pipeline.yaml", profile=a.profile)
     elif a.cmd == "grid":
         from .grid import run_grid
 
         run_grid(a.notebook, _parse_params(a.param), out_dir=a.out)
     elif a.cmd == "formats":
+        from .prompts.formats import NoStandardFormat
         from .schema import DataError
 
         try:
             return _formats(a)
+        except NoStandardFormat as e:  # a dataset without a Table 5 format: name the option to pass
+            print(f"error: {_no_standard_message(e)}", file=sys.stderr)
+            return 2
         except DataError as e:  # bad input: say which file and row, and what to do about it
             hint = "" if a.skip_bad_rows else "\n(--skip-bad-rows leaves bad rows out and lists them in config.json)"
             print(f"error: {e}{hint}", file=sys.stderr)
@@ -213,6 +237,21 @@ def main(argv: list[str] | None = None) -> int:
         report = merge_stores(a.store, a.sources, compact=not a.no_compact)
         print(report)
         return 0 if report.complete else 1
+    elif a.cmd == "report":
+        from .report import build_report
+
+        rep = build_report(a.stores, a.out, n_boot=a.n_boot, seed=a.seed, level=a.level, title=a.title)
+        print(f"{rep.html}\n{rep.markdown}\n{rep.json}")
+        for n in rep.notes:
+            print(f"note: {n}", file=sys.stderr)
+        if a.screenshot:
+            from .report.browser import BrowserUnavailable, screenshot_page
+
+            try:
+                print(screenshot_page(rep.html, a.screenshot, height=a.screenshot_height))
+            except BrowserUnavailable as e:
+                print(f"no screenshot: {e}", file=sys.stderr)
+                return 1
     elif a.cmd == "prepare":
         from .data.synthetic import make_synthetic_vqa
         from .models.embedded import EMBEDDED_MODELS, embedded_model_path
@@ -238,6 +277,7 @@ def _formats(a: argparse.Namespace) -> int:
     bounds = not a.no_video_bounds
     video = fbs.video_settings(qs, a.n_frames, a.fps, bounds)
     info = fbs.run_info(qs, [])
+    qs, include_standard, extra = _standard_option(a, qs)
     if info["skipped_rows"]:
         print(f"skipped {len(info['skipped_rows'])} bad row(s) (listed in {a.out}/config.json under run_info):",
               file=sys.stderr)
@@ -247,10 +287,11 @@ def _formats(a: argparse.Namespace) -> int:
         return _formats_budgeted(a, qs, names, lambda name: ResultStore(
             a.out, config=fbs.run_config(name, a.dataset, a.n, names, video=video), run_info=info))
     task = fbs.FormatBiasTask(formats=names, mode=a.mode, batch_size=a.batch_size, flush_every=a.flush_every,
-                              n_frames=a.n_frames, fps=a.fps, video_bounds=bounds, skip_bad_rows=a.skip_bad_rows)
+                              n_frames=a.n_frames, fps=a.fps, video_bounds=bounds, skip_bad_rows=a.skip_bad_rows,
+                              include_standard=include_standard)
     res = _run_study(a, task, qs.to_dict("records"),
-                     lambda name: ResultStore(a.out, config=fbs.run_config(name, a.dataset, a.n, names, video=video),
-                                              run_info=info))
+                     lambda name: ResultStore(a.out, config={**fbs.run_config(name, a.dataset, a.n, names, video=video),
+                                                             **extra}, run_info=info))
     if res.empty:
         print(f"nothing to run: none of the {len(qs)} question(s) could be put in a prompt format "
               f"(see run_info in {a.out}/config.json)", file=sys.stderr)
@@ -258,6 +299,36 @@ def _formats(a: argparse.Namespace) -> int:
     acc = res.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
     print(acc.sort_values("correct", ascending=False).to_string())
     return 0
+
+
+def _no_standard_message(e) -> str:
+    names = ", ".join(repr(d) for d in e.datasets)
+    return (f"no standard prompt format for dataset {names} (known: {', '.join(e.known)}); pass "
+            "--standard-format NAME (e.g. --standard-format uppercase-dot-line_break) to give the format of the "
+            "'standard' variant, or --standard-format none to leave that variant out")
+
+
+def _standard_option(a: argparse.Namespace, qs):
+    """``--standard-format``: (questions, include_standard, store config entries). A name sets every
+    question's ``standard_format`` column (read by :func:`mmfragile.evaluate.format_bias_items`) and is recorded
+    in the store's config; without it, a dataset with no Table 5 format stops here, before a model is loaded."""
+    from .evaluate import STANDARD_FORMAT_COLUMN, standard_formats_for
+    from .prompts.formats import PromptFormat
+
+    value = (a.standard_format or "").strip()
+    if value.lower() == "none":
+        return qs, False, {"standard_format": "none"}
+    if value:
+        try:
+            name = PromptFormat.from_name(value).name
+        except ValueError as e:
+            raise SystemExit(f"error: --standard-format: {e}") from None
+        out = qs.assign(**{STANDARD_FORMAT_COLUMN: name})
+        out.attrs = dict(qs.attrs)
+        return out, True, {"standard_format": name}
+    if a.budget is None:  # a budgeted run has no standard variant
+        standard_formats_for(qs)  # NoStandardFormat -> the message of main()
+    return qs, True, {}
 
 
 def _formats_budgeted(a: argparse.Namespace, qs, names, open_store) -> int:

@@ -1,4 +1,4 @@
-"""Deterministic kill points for crash tests (no timing involved).
+"""Deterministic kill points and injected I/O errors for crash and fault tests (no timing involved).
 
 ``MMFRAGILE_KILL_AT="<point>:<n>[,<point>:<n> ...]"`` makes a process ``os._exit(KILL_EXIT_CODE)`` the n-th time
 it reaches ``<point>`` (counted per process). With ``MMFRAGILE_KILL_ONCE=<file>`` only the first process that gets
@@ -10,15 +10,26 @@ there dies - it creates the file first - so a restarted worker or a rerun carrie
 * ``store.compact`` - a compacted part is on disk, the parts it replaces are not yet deleted;
 * ``worker.task`` - a distributed worker has evaluated a task and not yet returned its rows.
 
-Unset (the normal case) every point is a dictionary lookup.
+``MMFRAGILE_FAIL_AT="<point>:<n>[:<ERRNO>][,...]"`` instead makes the n-th arrival at a :func:`fail_point`
+(counted per process while the variable is set, apart from the kills) raise ``OSError(errno.<ERRNO>)`` - ``EIO``
+if no errno is named, e.g. ``store.write:2:ENOSPC`` (a full disk half-way through the second durable write of the
+process - parts, manifests and compacted parts all count) or ``store.read:1:EIO``. ``<n>+`` fails that arrival and
+every later one (a disk that stays full). The fail points:
+
+* ``store.write`` - as the kill point above: half of a file's bytes are in its temporary file;
+* ``store.read`` - before each read of a result part's bytes from disk.
+
+:func:`reset` forgets the counts (in-process tests). Unset (the normal case) every point is a dictionary lookup.
 """
 from __future__ import annotations
 
+import errno
 import os
 from collections import Counter
 
 KILL_EXIT_CODE = 86
 _counts: Counter = Counter()
+_fail_counts: Counter = Counter()
 
 
 def _plan() -> dict[str, int]:
@@ -47,3 +58,40 @@ def kill_point(point: str) -> None:
         except FileExistsError:
             return
     os._exit(KILL_EXIT_CODE)
+
+
+def reset() -> None:
+    """Forget how often each point was reached (kill and fail points), as in a fresh process."""
+    _counts.clear()
+    _fail_counts.clear()
+
+
+def _fail_plan() -> dict[str, tuple[int, bool, int]]:
+    """``{point: (n, from_n_on, errno)}`` from ``MMFRAGILE_FAIL_AT``."""
+    out = {}
+    for part in filter(None, (p.strip() for p in os.environ.get("MMFRAGILE_FAIL_AT", "").split(","))):
+        fields = part.split(":")
+        code = errno.EIO
+        if len(fields) == 3:
+            name = fields.pop()
+            code = getattr(errno, name, None) if not name.isdigit() else int(name)
+            if not isinstance(code, int):
+                raise ValueError(f"MMFRAGILE_FAIL_AT: {part!r}: {name!r} is no errno name (e.g. ENOSPC, EIO)")
+        if len(fields) != 2 or not fields[1].rstrip("+").isdigit():
+            raise ValueError(f"MMFRAGILE_FAIL_AT: {part!r} is not <point>:<n>[+][:<ERRNO>]")
+        out[fields[0]] = (int(fields[1].rstrip("+")), fields[1].endswith("+"), code)
+    return out
+
+
+def fail_point(point: str) -> None:
+    """Raise the ``OSError`` that ``MMFRAGILE_FAIL_AT`` asks for here, if it does."""
+    if "MMFRAGILE_FAIL_AT" not in os.environ:
+        return
+    want = _fail_plan().get(point)
+    if want is None:
+        return
+    n, onwards, code = want
+    _fail_counts[point] += 1
+    if _fail_counts[point] == n or (onwards and _fail_counts[point] > n):
+        raise OSError(code, f"{os.strerror(code)} (injected by MMFRAGILE_FAIL_AT at {point}, "
+                            f"arrival {_fail_counts[point]})")

@@ -8,6 +8,7 @@ runs the cartesian product, one executed notebook per combination under
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import time
 from pathlib import Path
@@ -48,9 +49,27 @@ def run_grid(notebook: str | Path, grid: Mapping[str, Any] | None = None, fixed:
         t = time.time()
         pm.execute_notebook(str(notebook), str(target), parameters={**(fixed or {}), **params},
                             kernel_name=kernel, progress_bar=False, cwd=str(cwd or REPO_ROOT), log_output=log_output)
+        relative_notebook_paths(target, REPO_ROOT)
         written.append(target)
         bar.write(f"  {target}  ({time.time() - t:.0f} s)")
     return written
+
+
+def relative_notebook_paths(path: str | Path, root: str | Path = REPO_ROOT) -> None:
+    """Rewrite the paths papermill records in an executed notebook (``input_path``, ``output_path``, ``cwd``)
+    relative to ``root``: committed runs must not name the folder of the machine that ran them."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    pm = nb.metadata.get("papermill", {})
+    for key in ("input_path", "output_path", "cwd"):
+        value = pm.get(key)
+        if isinstance(value, str) and Path(value).is_absolute():
+            try:
+                pm[key] = Path(os.path.relpath(Path(value).resolve(), Path(root).resolve())).as_posix()
+            except ValueError:  # another drive (Windows): keep the name only
+                pm[key] = Path(value).name
+    nbformat.write(nb, str(path))
 
 
 def load_pipeline(path: str | Path) -> list[dict[str, Any]]:

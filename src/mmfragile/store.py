@@ -17,8 +17,15 @@ Why no row is lost or duplicated:
   id) and the folder is fsynced: a killed writer leaves at most a temporary file, never a half part;
 * any number of processes (shards, a Ray driver, a rerun) may append at once; if two of them evaluated the same
   key, :meth:`ResultStore.read` keeps one row per key (the first part in name order);
-* a part that cannot be read (truncated, bad page checksum, not Parquet) is moved to ``quarantine/`` with a
-  :class:`CorruptPartWarning` naming it; its rows count as not done, so the next run evaluates them again;
+* a part that cannot be parsed (truncated, bad page checksum, not Parquet) is moved to ``quarantine/`` with a
+  :class:`CorruptPartWarning` naming it; its rows count as not done, so the next run evaluates them again. A part
+  whose bytes cannot be *read* (an ``OSError`` from the operating system: EIO, EAGAIN, a flaky network mount) is
+  not known to be corrupt: the read is retried (``READ_RETRY_DELAYS``) and then :class:`PartReadError` names the
+  file - a good part is never quarantined for a transient read error;
+* a full disk (ENOSPC / EDQUOT) while a part, manifest or config is written raises :class:`StoreDiskFull` naming
+  the store folder; the temporary file is removed, so the store stays readable and holds no half part, and the
+  batch's rows count as not done: rerunning once space is free stores each row exactly once. A compaction that
+  runs out of space inside :meth:`ResultStore.append` (whose rows are stored by then) only warns;
 * :meth:`ResultStore.compact` merges small parts into one and deletes them only after the merged part is durable
   (a kill in between leaves duplicates, which reads drop and the next compaction removes); readers that lose a
   part to a concurrent compaction list the folder again.
@@ -29,6 +36,7 @@ that never started).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -48,7 +56,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .faults import kill_point
+from .faults import fail_point, kill_point
 
 DEFAULT_KEY = ("model", "dataset", "question_id", "variant")
 #: Small parts are merged once ``COMPACT_FANOUT`` of them of similar size (same power of the fan-out) pile up.
@@ -57,6 +65,11 @@ COMPACT_FANOUT = 16
 TARGET_PART_ROWS = 1_000_000
 _PART_RE = re.compile(r"^part-(\d+)-([0-9a-f]+)(?:-n(\d+))?\.parquet$")
 _SHARD_RE = re.compile(r"^shard-(\d+)-of-(\d+)$")
+#: Seconds to wait before each retry of a part whose read failed with an OSError (then PartReadError).
+READ_RETRY_DELAYS = (0.05, 0.2, 1.0)
+_sleep = time.sleep  # replaceable in tests: the backoff between read retries
+#: errno values that mean "no space left" (a full disk, a full quota).
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class ConfigMismatch(ValueError):
@@ -64,11 +77,29 @@ class ConfigMismatch(ValueError):
 
 
 class CorruptPartWarning(UserWarning):
-    """A part could not be read and was moved to the store's quarantine folder."""
+    """A part could not be parsed (corrupt, truncated, not Parquet) and was moved to the quarantine folder."""
+
+
+class PartReadError(OSError):
+    """A part could not be read from disk (an OSError such as EIO, not a parse error) even after retries. The
+    part is left in place: it is not known to be corrupt. ``filename`` is the part's path."""
+
+
+class StoreDiskFull(OSError):
+    """The disk (or quota) of a store filled up while it wrote; nothing half-written is visible and the rows not
+    written count as not done. ``filename`` is the store folder."""
 
 
 class _Vanished(Exception):
     """A listed part disappeared (a concurrent compaction replaced it): list the folder again."""
+
+
+class _ReadFailed(Exception):
+    """The operating system failed to read a part (``error``): retry, do not quarantine."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
 
 
 def _canonical(obj: Any) -> Any:
@@ -93,16 +124,94 @@ def _write_durable(table: pa.Table, dest: Path) -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, write_page_checksum=True)
     data = sink.getvalue().to_pybytes()
-    with open(tmp, "wb") as f:
-        half = len(data) // 2
-        f.write(data[:half])
-        f.flush()
-        kill_point("store.write")
-        f.write(data[half:])
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, dest)
+    try:
+        with open(tmp, "wb") as f:
+            half = len(data) // 2
+            f.write(data[:half])
+            f.flush()
+            kill_point("store.write")
+            fail_point("store.write")
+            f.write(data[half:])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        _unlink_quietly(tmp)  # a failed write (a full disk, say) leaves no temporary file behind
+        raise
     _fsync_dir(dest.parent)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _write_text_atomic(dest: Path, text: str, link: bool = False) -> None:
+    """``dest`` replaced by (``link``: created with, if it does not exist yet) ``text`` via a temporary file,
+    which is removed whatever happens."""
+    tmp = dest.with_name(f".{dest.stem}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_text(text)
+        if link:
+            try:
+                os.link(tmp, dest)  # first writer wins atomically
+            except FileExistsError:
+                pass
+        else:
+            tmp.replace(dest)
+    finally:
+        if link or tmp.exists():
+            _unlink_quietly(tmp)
+
+
+def _disk_full(root: Path, e: OSError, what: str) -> StoreDiskFull:
+    err = StoreDiskFull(e.errno, f"{root}: disk full ({e.strerror or e}) while writing {what}; nothing half-written "
+                                 "was left (the temporary file is removed) and the rows not written count as not "
+                                 "done - free some space and rerun the same command to resume")
+    err.filename = str(root)
+    return err
+
+
+def _open_part(path: Path):
+    """The part's file, opened for reading (the OS-level read: tests inject faults by replacing this)."""
+    return open(path, "rb", buffering=0)
+
+
+class _ReadGuard:
+    """A file object for pyarrow that remembers any OSError of the operating system's reads, so that a failed
+    *read* (retried) is told apart from a failed *parse* (pyarrow raises OSError for some parse errors too)."""
+
+    def __init__(self, f):
+        self._f = f
+        self.error: OSError | None = None
+
+    def _do(self, name: str, *args):
+        try:
+            if name == "read":
+                fail_point("store.read")
+            return getattr(self._f, name)(*args)
+        except OSError as e:
+            if e.errno != errno.EINVAL:  # EINVAL: a bad offset (e.g. from corrupt metadata) - a parse problem
+                self.error = e
+            raise
+
+    def read(self, n: int = -1) -> bytes:
+        return self._do("read", n)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._do("seek", offset, whence)
+
+    def tell(self) -> int:
+        return self._do("tell")
+
+    @property
+    def closed(self) -> bool:
+        return self._f.closed
+
+    def close(self) -> None:
+        self._f.close()
 
 
 def _part_rows(path: Path) -> int | None:
@@ -189,15 +298,13 @@ class ResultStore:
     # ------------------------------------------------------------------------------------------ config
     def _settle_config(self, config: dict) -> None:
         cfg_file = self.root / "config.json"
-        if not cfg_file.exists():
-            tmp = cfg_file.with_name(f".config.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-            tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
+        if not cfg_file.exists():  # first writer wins atomically; the others compare below
             try:
-                os.link(tmp, cfg_file)  # first writer wins atomically; the others compare below
-            except FileExistsError:
-                pass
-            finally:
-                tmp.unlink()
+                _write_text_atomic(cfg_file, json.dumps(config, indent=2, sort_keys=True), link=True)
+            except OSError as e:
+                if e.errno in _FULL_ERRNOS:
+                    raise _disk_full(self.root, e, "config.json") from e
+                raise
         old = {k: v for k, v in json.loads(cfg_file.read_text()).items() if k != RUN_INFO}
         diff = {k: (old.get(k), config.get(k)) for k in set(old) | set(config) if old.get(k) != config.get(k)}
         if diff:
@@ -235,10 +342,12 @@ class ResultStore:
             self.set_run_info({**info, "skipped_rows": known + new})
 
     def _write_config(self, config: Mapping[str, Any]) -> None:
-        cfg_file = self.root / "config.json"
-        tmp = cfg_file.with_name(f".config.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
-        tmp.replace(cfg_file)
+        try:
+            _write_text_atomic(self.root / "config.json", json.dumps(config, indent=2, sort_keys=True))
+        except OSError as e:
+            if e.errno in _FULL_ERRNOS:
+                raise _disk_full(self.root, e, "config.json") from e
+            raise
 
     @property
     def config(self) -> dict:
@@ -250,19 +359,52 @@ class ResultStore:
         return sorted(p for p in self.parts.glob("part-*.parquet"))
 
     def _read_part(self, path: Path, columns: Sequence[str] | None = None) -> pa.Table | None:
-        """The part's table, or None if it is corrupt (then it is quarantined); _Vanished if it is gone."""
+        """The part's table, or None if it does not parse (then it is quarantined); _Vanished if it is gone.
+
+        An OSError of the reads themselves (EIO, EAGAIN ...) says nothing about the part's bytes: the read is
+        retried after each of ``READ_RETRY_DELAYS`` and then :class:`PartReadError` is raised; the part stays."""
+        delays = list(READ_RETRY_DELAYS)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._parse_part(path, columns)
+            except _ReadFailed as rf:
+                e = rf.error
+            if not delays:
+                err = PartReadError(e.errno, f"{path}: cannot read result part ({type(e).__name__}: {e}) after "
+                                             f"{attempt} attempt(s); the part is left in place (a read error is "
+                                             "not corruption) - check the disk or file system and rerun")
+                err.filename = str(path)
+                raise err from e
+            _sleep(delays.pop(0))
+
+    def _parse_part(self, path: Path, columns: Sequence[str] | None) -> pa.Table | None:
         try:
-            table = pq.read_table(path, columns=list(columns) if columns is not None else None,
+            f = _open_part(path)
+        except FileNotFoundError:
+            raise _Vanished(path) from None
+        except OSError as e:
+            raise _ReadFailed(e) from e
+        guard = _ReadGuard(f)
+        try:
+            table = pq.read_table(pa.PythonFile(guard, mode="r"),
+                                  columns=list(columns) if columns is not None else None,
                                   page_checksum_verification=True)
             missing = [c for c in self.key_columns if c not in table.column_names]
             if missing:
                 raise ValueError(f"lacks key column(s) {missing}")
             return table
-        except FileNotFoundError:
-            raise _Vanished(path) from None
         except (pa.ArrowException, OSError, ValueError) as e:
+            if guard.error is not None:  # the OS failed to deliver the bytes: not the part's fault
+                raise _ReadFailed(guard.error) from e
             self._quarantine(path, f"{type(e).__name__}: {e}")
             return None
+        finally:
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def _quarantine(self, path: Path, reason: str) -> None:
         qdir = self.root / "quarantine"
@@ -274,7 +416,7 @@ class ResultStore:
             return
         (qdir / f"{path.name}.reason.txt").write_text(reason + "\n")
         warnings.warn(f"{path}: unreadable result part ({reason}); moved to {dest}. Its rows count as not done "
-                      f"and the next run evaluates them again.", CorruptPartWarning, stacklevel=3)
+                      f"and the next run evaluates them again.", CorruptPartWarning, stacklevel=4)
 
     def _read_all(self, columns: Sequence[str] | None = None) -> list[tuple[Path, pa.Table]]:
         for _ in range(20):
@@ -351,7 +493,7 @@ class ResultStore:
         if df.empty:
             return 0
         table = pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False)
-        _write_durable(table, self._new_part_path(len(df)))
+        self._write(table, self._new_part_path(len(df)), f"a result part of {len(df)} row(s)")
         kill_point("store.renamed")
         self._added.update(keys[keep])
         if len(self._added) > max(50_000, len(self._disk_index()) // 4):
@@ -359,8 +501,21 @@ class ResultStore:
             self._index = self._disk_index().append(pd.MultiIndex.from_tuples(list(self._added)))
             self._added = set()
         if self.compact_fanout > 1:
-            self.compact(full=False)
+            try:
+                self.compact(full=False)
+            except (StoreDiskFull, PartReadError) as e:  # the rows are stored; merging them can wait
+                warnings.warn(f"{e.strerror} (the {len(df)} row(s) of this append are stored; only the compaction "
+                              "was skipped)", RuntimeWarning, stacklevel=2)
         return len(df)
+
+    def _write(self, table: pa.Table, dest: Path, what: str) -> None:
+        """:func:`_write_durable`, a full disk reported as :class:`StoreDiskFull` naming this store."""
+        try:
+            _write_durable(table, dest)
+        except OSError as e:
+            if e.errno in _FULL_ERRNOS:
+                raise _disk_full(self.root, e, f"{what} ({dest.name})") from e
+            raise
 
     def _new_part_path(self, n_rows: int, stamp: int | None = None) -> Path:
         stamp = time.time_ns() if stamp is None else stamp
@@ -369,7 +524,8 @@ class ResultStore:
     # ------------------------------------------------------------------------------------------ reading
     def read(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """The stored table, one row per key (the first copy in part-name order). ``columns``: read only these
-        (the key columns are always included). Unreadable parts are quarantined, never raised."""
+        (the key columns are always included). Parts that do not parse are quarantined, never raised; a part the
+        disk fails to read even after retries raises :class:`PartReadError` naming it (and is left in place)."""
         if columns is not None:
             columns = list(dict.fromkeys([*self.key_columns, *columns]))
         parts = self._read_all(columns)
@@ -450,7 +606,7 @@ class ResultStore:
         if dup.any():
             table = table.filter(pa.array(~dup))
         stamp = int(_PART_RE.match(used[0].name).group(1))  # keeps the merged rows where the first part sorted
-        _write_durable(table, self._new_part_path(table.num_rows, stamp))
+        self._write(table, self._new_part_path(table.num_rows, stamp), f"a compacted part of {table.num_rows} row(s)")
         kill_point("store.compact")
         for f in used:
             try:
@@ -488,7 +644,7 @@ class ResultStore:
         mdir.mkdir(exist_ok=True)
         dest = mdir / f"{label}.{digest}.parquet"
         if not dest.exists():
-            _write_durable(pa.Table.from_pandas(frame, preserve_index=False), dest)
+            self._write(pa.Table.from_pandas(frame, preserve_index=False), dest, f"the manifest {label}")
         return dest
 
     def _manifests(self) -> list[Path]:
@@ -571,7 +727,7 @@ def merge_stores(target: str | Path, sources: Sequence[str | Path] = (), compact
             dest = out.root / "manifest" / m.name
             if not dest.exists():
                 dest.parent.mkdir(exist_ok=True)
-                _write_durable(pq.read_table(m), dest)
+                out._write(pq.read_table(m), dest, f"the manifest {m.name}")
         for _, t in s._read_all():
             out.append(t.to_pandas())
     report = out.check()

@@ -10,7 +10,7 @@ not among the options, missing video, ...); each writer's comments say which.
 
 Command line (prints the spec)::
 
-    python -m mmfragile.data.fixtures mvbench /tmp/mvbench_fixture [--bad-rows]
+    python -m mmfragile.data.fixtures mvbench mvbench_fixture [--bad-rows]
 """
 from __future__ import annotations
 
@@ -110,7 +110,21 @@ def _tsv_rows(n: int, size=(64, 48)) -> list[dict]:
     return rows
 
 
-def write_mmbench(root: str | Path, bad_rows: bool = False) -> str:
+def _circular_copy(main: dict, k: int, shift: int, **changes) -> dict:
+    """VLMEvalKit's circular copy ``k`` of a main MMBench row: index + k * 1e6, options rotated left by
+    ``shift`` (the answer letter with them), image = the main row's index; ``changes`` overwrite cells."""
+    letters = [c for c in "ABCD" if main[c]]
+    opts = [main[c] for c in letters]
+    rot = opts[shift:] + opts[:shift]
+    ans = "ABCD"[(letters.index(main["answer"]) - shift) % len(opts)]
+    return {**main, **dict(zip(letters, rot)), "index": main["index"] + k * 1_000_000, "answer": ans,
+            "image": str(main["index"]), **changes}
+
+
+def write_mmbench(root: str | Path, bad_rows: bool = False, bad_copies: bool = False) -> str:
+    """``MMBench_DEV_EN_V11.tsv``: 3 questions and a circular copy of question 0 (row 3). ``bad_copies``
+    appends rows ``index >= 1e6`` of which only the first is a circular copy (rows 4-8 without ``bad_rows``;
+    see the comments)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     rows = _tsv_rows(3)
@@ -118,6 +132,15 @@ def write_mmbench(root: str | Path, bad_rows: bool = False) -> str:
     # VLMEvalKit's circular copy of question 0: index + 1e6, options rotated, image = the main row's index
     rows.append({**rows[0], "index": 1_000_000, "A": rows[0]["B"], "B": rows[0]["C"], "C": rows[0]["D"],
                  "D": rows[0]["A"], "answer": "D", "image": "0"})
+    if bad_copies:
+        main = [dict(r) for r in rows[:3]]
+        rows += [
+            _circular_copy(main[0], 2, 2),                                          # a true copy (rotated by 2)
+            _circular_copy(main[1], 1, 1, question="How many squares are there?"),  # a real question, not a copy
+            _circular_copy(main[0], 3, 3, A=main[0]["A"], B=main[0]["D"]),          # options not a rotation
+            _circular_copy(main[2], 1, 1, answer="B"),                              # answer not rotated (A)
+            _circular_copy({**main[1], "index": 7}, 1, 1, image="1"),               # copy of index 7: no such row
+        ]
     if bad_rows:
         good = rows[1]["image"]
         rows.append({**rows[1], "index": 3, "image": good[:200] + "!?" + good[202:]})  # corrupt base64 text
@@ -164,8 +187,12 @@ def write_vstar(root: str | Path, bad_rows: bool = False) -> str:
     return f"vstar:{root}"
 
 
-def write_hrbench(root: str | Path, version: str = "4k", bad_rows: bool = False, fmt: str = "tsv") -> str:
-    """``hr_bench_{version}.tsv``: 2 questions x 4 cycles (options rotated per cycle), as the 800-row release."""
+def write_hrbench(root: str | Path, version: str = "4k", bad_rows: bool = False, fmt: str = "tsv",
+                  bad_later_cycles: bool = False) -> str:
+    """``hr_bench_{version}.tsv``: 2 questions x 4 cycles (options rotated per cycle), as the 800-row release.
+    ``bad_rows`` inserts bad rows into cycle 1 (rows 2 and 3); ``bad_later_cycles`` spoils rows of cycles 2-4
+    instead, which ``cycles="first"`` reads but does not return: row 3 (cycle 2) answer "E", row 4 (cycle 3)
+    a truncated JPEG, row 7 (cycle 4) text that is not base64."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -176,6 +203,11 @@ def write_hrbench(root: str | Path, version: str = "4k", bad_rows: bool = False,
             rows.append({"index": cycle * 2 + i, "question": q, "answer": "ABCD"[rot.index(opts[a])],
                          "category": "single" if i == 0 else "cross", **dict(zip("ABCD", rot)),
                          "cycle_category": f"cycle{cycle + 1}", "image": b64(jpeg_bytes(i, (80, 60)))})
+    if bad_later_cycles:
+        rows[3]["answer"] = "E"                                    # cycle 2: not among A-D
+        rows[4]["image"] = b64(jpeg_bytes(0, (80, 60))[:700])     # cycle 3: a JPEG cut short
+        good = rows[7]["image"]
+        rows[7]["image"] = good[:100] + "*!" + good[102:]         # cycle 4: not base64
     if bad_rows:
         rows.insert(2, {**rows[0], "index": 100, "image": rows[0]["image"][: len(rows[0]["image"]) // 2]})
         rows.insert(3, {**rows[1], "index": 101, "answer": "F"})

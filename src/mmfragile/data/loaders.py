@@ -24,7 +24,11 @@ Spec strings for :func:`load_dataset` (``::`` separates a second path where a la
                                 image it reuses. Rows with ``index >= 1e6`` are the circular copies VLMEvalKit's
                                 ``mcq_circular_eval`` groups by ``index % 1e6``: skipped by default (the studies
                                 rotate options themselves; format-bias Tab. 5 counts 1,292 questions, 4,876
-                                circular items), ``circular_copies=True`` keeps them.
+                                circular items), ``circular_copies=True`` keeps them. A row is skipped only when
+                                it is such a copy: row ``index % 1e6`` exists, same question and hint, options a
+                                rotation of its options and the answer letter rotated with them; any other row
+                                ``>= 1e6`` (a copy of a row not in the file too) is a bad row, as is a copy whose
+                                options, answer or image fail the checks of a loaded row.
 ``mmstar:<parquet|tsv>``        MMStar (HF ``Lin-Chen/MMStar`` ``mmstar.parquet``: ``index, question, image
                                 (bytes), answer, category, l2_category, meta_info``; options inline as
                                 ``"...\\nOptions: A: x, B: y"``) or VLMEvalKit's ``MMStar.tsv`` (``A..D`` columns,
@@ -40,7 +44,9 @@ Spec strings for :func:`load_dataset` (``::`` separates a second path where a la
                                 (VLMEvalKit / lmms-eval average accuracy over ``cycle_category`` groups); the
                                 loader keeps the rows of the first cycle in file order (``cycles="first"``: 200
                                 questions, as format-bias Tab. 5 counts them - the studies rotate options
-                                themselves); ``cycles="all"`` keeps all 800. That the four cycles hold the same
+                                themselves); ``cycles="all"`` keeps all 800. The rows of the other cycles are
+                                checked all the same (options, answer, unique index; the image decoded, then
+                                discarded): a bad one is a bad row. That the four cycles hold the same
                                 questions with rotated options is inferred from the 200/800 counts (HR-Bench
                                 README: 100 FSP + 100 FCP samples), not stated in the release.
 ``mme-realworld-lite:<file>``   MME-RealWorld-Lite: VLMEvalKit's ``mme_realworld_lite.tsv`` (HF
@@ -87,17 +93,20 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import hashlib
 import json
 import re
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pandas as pd
 
+from ..paths import cache_dir
 from ..schema import QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question
-from .images import image_field
+from .images import REFERENCE_MAX_CHARS, _looks_like_path, check_image_bytes, decode_base64, image_field
 
 LETTERS = string.ascii_uppercase
 
@@ -318,10 +327,128 @@ def load_aokvqa(annotation_file: str | Path, coco_dir: str | Path | None = None,
 
 
 # ============================================================================================== VLMEvalKit TSVs
+#: VLMEvalKit's circular copies: row ``index = k * 1e6 + i`` (k >= 1) is main row ``i`` with its options rotated.
+CIRCULAR_OFFSET = 1_000_000
+
+
+@dataclass
+class _Unused:
+    """Rows a VLMEvalKit table load reads but does not return (HR-Bench cycles 2-4, MMBench circular copies):
+    checked all the same - options, answer, a decode-check of the image (bytes discarded), a unique index -
+    and, for circular copies, against their main row."""
+
+    base: Path
+    dataset: str
+    own_images: set[str] = field(default_factory=set)     # indices whose image cell holds an image (not a reference)
+    checked: set[str] = field(default_factory=set)        # sha256[:24] of image bytes checked in this load
+    refs: list[tuple[int, str, str]] = field(default_factory=list)  # (row, where, index named) to resolve
+    seen: dict[str, str] = field(default_factory=dict)    # index -> where, unused rows
+    mains: dict[str, dict] = field(default_factory=dict)  # main index -> its text cells, for the copy check
+    copies: list[tuple[int, str, str, dict]] = field(default_factory=list)  # (row, index, where, cells)
+
+    def note_image(self, idx: str, value: Any, paths: list[str] | None = None) -> None:
+        if not _blank(value) and not _is_reference(value):
+            self.own_images.add(idx)
+        if paths:  # an embedded image's cache file is named by its sha256[:24] (mmfragile.data.images)
+            folder = cache_dir("images", self.dataset)
+            self.checked.update(Path(p).stem for p in paths if Path(p).parent == folder)
+
+    def check_image(self, i: int, value: Any, where: str) -> None:
+        """Decode-check one image cell without keeping it: one image in memory at a time; bytes equal to an
+        image already checked in this load (HR-Bench's four cycles share theirs) are not decoded again."""
+        if _blank(value):
+            return
+        if _is_reference(value):
+            ref = str(value).strip()
+            if ref not in self.own_images:
+                self.refs.append((i, where, ref))  # may name a later row: resolved after the pass
+            return
+        if isinstance(value, Mapping):
+            value = value.get("bytes") if value.get("bytes") is not None else value.get("path")
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            data = bytes(value)
+        elif isinstance(value, str) and not value.strip().startswith("[") and not _looks_like_path(value.strip(),
+                                                                                                   self.base):
+            data = decode_base64(value, where)
+        else:  # a path or a list of images: what a used row would get (paths are not decoded there either)
+            image_field(value, self.base, where, self.dataset)
+            return
+        digest = hashlib.sha256(data).hexdigest()[:24]
+        if digest not in self.checked:
+            check_image_bytes(data, where)
+            self.checked.add(digest)
+        del data
+
+    def unresolved(self, complete: bool, images: Mapping[str, str]) -> list[tuple[int, str, str]]:
+        """References of unused rows that name no row with an image (all rows read: ``complete``; else only
+        those whose target could still come later are given the benefit of the doubt)."""
+        if not complete:
+            return []
+        return [(i, where, ref) for i, where, ref in self.refs if ref not in self.own_images and ref not in images]
+
+
+def _is_reference(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value.strip()) <= REFERENCE_MAX_CHARS
+
+
+def _copy_main(rec: dict) -> str | None:
+    """The main row index of a circular copy (``index >= 1e6``), else None."""
+    try:
+        idx = int(float(_text(rec.get("index"))))
+    except ValueError:
+        return None
+    return str(idx % CIRCULAR_OFFSET) if idx >= CIRCULAR_OFFSET else None
+
+
+def _mcq_cells(rec: dict, letters: list[str]) -> dict:
+    return {"question": _text(rec.get("question")).strip(), "hint": _text(rec.get("hint")).strip(),
+            "options": [_text(rec.get(c)).strip() for c in letters], "answer": _text(rec.get("answer")).strip()}
+
+
+def _check_circular_copy(copy: dict, main: dict | None, main_idx: str, letters: list[str], where: str) -> None:
+    """A row ``index >= 1e6`` is dropped only when it is VLMEvalKit's circular copy of main row
+    ``index % 1e6``: that row exists, the question and hint are the same, the options are a rotation of the
+    main row's and the answer letter is rotated with them (the correct option text is the same)."""
+    what = f"index >= 1e6 marks a circular copy of index {main_idx}"
+    if main is None:
+        raise DataError(f"{where}: {what}, but the file has no row with index {main_idx}; not dropped silently "
+                        "(load with circular_copies=True to keep such rows as questions)")
+    for key in ("question", "hint"):
+        if copy[key] != main[key]:
+            raise DataError(f"{where}: {what}, but its {key} {copy[key][:60]!r} is not that row's "
+                            f"({main[key][:60]!r}): a different question, not a copy")
+    n_copy, n_main = _n_options(copy["options"]), _n_options(main["options"])
+    c_opts, m_opts = copy["options"][:n_copy], main["options"][:n_main]
+    shifts = [s for s in range(n_main) if n_copy == n_main and c_opts == m_opts[s:] + m_opts[:s]]
+    if not shifts:
+        raise DataError(f"{where}: {what}, but its options {c_opts} are not a rotation of that row's {m_opts}")
+    m_ans, c_ans = LETTERS.find(main["answer"]), LETTERS.find(copy["answer"])
+    if len(main["answer"]) != 1 or not 0 <= m_ans < n_main:
+        raise DataError(f"{where}: circular copy of index {main_idx}, whose answer {main['answer']!r} is not "
+                        "among its options: the copy cannot be checked")
+    if not any(c_ans == (m_ans - s) % n_main for s in shifts):
+        want = sorted({LETTERS[(m_ans - s) % n_main] for s in shifts})
+        raise DataError(f"{where}: {what}, but its answer {copy['answer']!r} does not follow the rotation of the "
+                        f"options (expected {' or '.join(want)}: {m_opts[m_ans]!r})")
+
+
+def _n_options(vals: list[str]) -> int:
+    n = len(vals)
+    while n and not vals[n - 1]:
+        n -= 1
+    return n
+
+
 def _mcq_table(path: Path, dataset: str, n: int | None, skip_bad_rows: bool, *,
-               keep: Callable[[dict], bool] | None = None, hint: bool = False,
+               keep: Callable[[dict], bool] | None = None, circular: bool = False, hint: bool = False,
                category_col: str = "category", extra_cols: tuple[str, ...] = ()) -> pd.DataFrame:
-    """A VLMEvalKit-style MCQ table: ``index, question, [hint,] A, B, ..., answer, image, category``."""
+    """A VLMEvalKit-style MCQ table: ``index, question, [hint,] A, B, ..., answer, image, category``.
+
+    Every row read is checked, returned or not: rows that ``keep`` leaves out get the checks a returned row
+    gets (options, answer, image decode-checked then discarded, unique index); with ``circular``, rows with
+    ``index >= 1e6`` are VLMEvalKit's circular copies, checked against their main row
+    (:func:`_check_circular_copy`) and left out - a bad one is a bad row like any other. (``n`` stops
+    reading at the ``n``-th good question; rows after it are not read, hence not checked.)"""
     cols = _columns(path)
     letters = _letter_columns(cols)
     missing = [c for c in ("index", "question", "answer", "image") if c not in cols]
@@ -329,24 +456,38 @@ def _mcq_table(path: Path, dataset: str, n: int | None, skip_bad_rows: bool, *,
         raise DataError(f"{path}: expected the columns index, question, A, B, ..., answer, image; "
                         f"missing {missing or 'option columns'}; got {cols}")
     col = _Collector(skip_bad_rows, n)
+    unused = _Unused(path.parent, dataset)
     images: dict[str, str] = {}  # index -> image path, for rows that name another row's image
     pending: list[tuple[int, dict]] = []
+    complete = True  # every row of the file read
     for _, i, rec in _table_rows(path):
         if col.full:
+            complete = False
             break
         idx = _text(rec.get("index")).strip() or str(i)
         where = _where(path, i, idx)
-        if keep is not None and not keep(rec):
-            continue  # not decoded; a kept row naming its image finds it in the second pass below
         img = rec.get("image")
+        unused.note_image(idx, img)
+        main_idx = _copy_main(rec) if circular else None
+        if circular and main_idx is None:
+            unused.mains.setdefault(idx, _mcq_cells(rec, letters))
+        if main_idx is not None or (keep is not None and not keep(rec)):
+            with col.row(path, i):
+                _check_unused(rec, letters, idx, where, i, unused, col)
+                if main_idx is not None:
+                    unused.copies.append((i, main_idx, where, _mcq_cells(rec, letters)))
+            continue  # not stored; a kept row naming its image finds it in the second pass below
         if isinstance(img, str) and 0 < len(img.strip()) <= 64 and img.strip() not in images:
             pending.append((i, rec))  # names a row not seen (or not kept) so far: resolved after the pass
             continue
         with col.row(path, i):
+            _not_seen_unused(idx, where, unused)
             paths = image_field(img, path.parent, where, dataset, images)
             if paths:
                 images[idx] = paths[0]
+                unused.note_image(idx, img, paths)
             _add_mcq(col, rec, letters, paths, path, i, where, dataset, hint, category_col, extra_cols)
+    bad_refs = unused.unresolved(complete, images)
     if pending and not col.full:
         wanted = {_text(r.get("image")).strip() for _, r in pending}
         for _, i, rec in _table_rows(path, columns=["index", "image"]):
@@ -357,12 +498,44 @@ def _mcq_table(path: Path, dataset: str, n: int | None, skip_bad_rows: bool, *,
         for i, rec in pending:
             if col.full:
                 break
-            where = _where(path, i, _text(rec.get("index")).strip())
+            idx = _text(rec.get("index")).strip()
+            where = _where(path, i, idx)
             with col.row(path, i):
+                _not_seen_unused(idx, where, unused)
                 paths = image_field(rec.get("image"), path.parent, where, dataset, images)
                 _add_mcq(col, rec, letters, paths, path, i, where, dataset, hint, category_col, extra_cols)
-        col.rows.sort(key=lambda r: r["source_row"])
+    for i, where, ref in bad_refs:
+        with col.row(path, i):
+            raise DataError(f"{where}: image field {ref!r} names no row with an image (VLMEvalKit rows reuse "
+                            "another row's image by naming its index)")
+    failed = {r["row"] for r in col.skipped}
+    for i, main_idx, where, cells in unused.copies:
+        if i in failed or (not complete and main_idx not in unused.mains):
+            continue  # already a bad row / reading stopped (n) before its main row could be seen
+        with col.row(path, i):
+            _check_circular_copy(cells, unused.mains.get(main_idx), main_idx, letters, where)
+    col.rows.sort(key=lambda r: r["source_row"])
+    col.skipped.sort(key=lambda r: r["row"])
     return col.frame(path)
+
+
+def _not_seen_unused(idx: str, where: str, unused: _Unused) -> None:
+    if idx in unused.seen:
+        raise DataError(f"{where}: duplicate index {idx!r} (first at {unused.seen[idx]})")
+
+
+def _check_unused(rec: dict, letters: list[str], idx: str, where: str, i: int, unused: _Unused,
+                  col: _Collector) -> None:
+    """The checks of a returned row (:func:`_add_mcq`, :func:`~mmfragile.schema.check_question`) for a row that is
+    read but not returned; its image is decode-checked and discarded."""
+    opts = _letter_options(rec, letters, where)
+    ans = _answer_letter(rec.get("answer"), opts, where)
+    check_question(MCQuestion("", idx, _text(rec.get("question")), opts, ans), where, check_images=False)
+    first = unused.seen.get(idx) or col.seen.get(idx)
+    if first is not None:
+        raise DataError(f"{where}: duplicate index {idx!r} (first at {first})")
+    unused.seen[idx] = where
+    unused.check_image(i, rec.get("image"), where)
 
 
 def _add_mcq(col: _Collector, rec: dict, letters: list[str], paths: list[str], path: Path, i: int, where: str,
@@ -378,27 +551,23 @@ def _add_mcq(col: _Collector, rec: dict, letters: list[str], paths: list[str], p
             **extra)
 
 
-def _main_row(rec: dict) -> bool:
-    try:
-        return int(float(_text(rec.get("index")))) < 1_000_000
-    except ValueError:
-        return True
-
-
 def load_mmbench(tsv_file: str | Path, n: int | None = None, use_hint: bool = True, circular_copies: bool = False,
                  skip_bad_rows: bool = False) -> pd.DataFrame:
-    """MMBench TSV (see the module docstring); ``use_hint`` puts the hint on the line before the question."""
+    """MMBench TSV (see the module docstring); ``use_hint`` puts the hint on the line before the question.
+    Without ``circular_copies`` a row ``index >= 1e6`` is left out only if it is the circular copy of row
+    ``index % 1e6`` (:func:`_check_circular_copy`); anything else raises :class:`DataError` naming file and row."""
     f = Path(tsv_file)
     if not f.is_file():
         raise DataError(f"MMBench TSV not found: {f}")
-    return _mcq_table(f, "mmbench", n, skip_bad_rows, keep=None if circular_copies else _main_row, hint=use_hint,
+    return _mcq_table(f, "mmbench", n, skip_bad_rows, circular=not circular_copies, hint=use_hint,
                       extra_cols=("l2-category",) if "l2-category" in _columns(f) else ())
 
 
 def load_hrbench(path: str | Path, n: int | None = None, cycles: str = "first", name: str | None = None,
                  skip_bad_rows: bool = False) -> pd.DataFrame:
     """HR-Bench 4K / 8K (``hr_bench_{4k,8k}.tsv`` or ``.parquet``); ``cycles`` "first" (200 questions) or
-    "all" (800 rows). ``name`` defaults from the file name (``hrbench-4k`` / ``hrbench-8k``)."""
+    "all" (800 rows) - with "first" the rows of cycles 2-4 are still checked (a bad one raises or, with
+    ``skip_bad_rows``, is listed). ``name`` defaults from the file name (``hrbench-4k`` / ``hrbench-8k``)."""
     f = Path(path)
     if cycles not in ("first", "all"):
         raise ValueError(f"cycles must be 'first' or 'all', got {cycles!r}")

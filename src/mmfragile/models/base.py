@@ -68,6 +68,35 @@ class Prompt:
     video: bool = False
 
 
+class NoOutput(str):
+    """What :meth:`MLLM.generate` returns for a reply that carries no text: an API reply whose ``content`` is null
+    because the model refused (``reason="refusal: <its refusal text>"``), called a tool (``"tool_calls: <names>"``)
+    or was stopped (``"finish_reason: content_filter"``).
+
+    Nothing is dropped or filled in: it is a ``str`` - every caller and the result store take it - whose value
+    ``"[no output] <reason>"`` is no option ID, so the row is out of coverage and incorrect, and the stored
+    ``raw_output`` says why. ``reason`` holds the reason alone; :func:`is_no_output` also recognises the value
+    read back from a store."""
+
+    PREFIX = "[no output] "
+
+    reason: str
+
+    def __new__(cls, reason: str) -> "NoOutput":
+        reason = str(reason).strip() or "no content"
+        obj = super().__new__(cls, cls.PREFIX + reason)
+        obj.reason = reason
+        return obj
+
+    def __reduce__(self):  # pickles (Ray, multiprocessing) as itself, not as a plain str
+        return (NoOutput, (self.reason,))
+
+
+def is_no_output(output: object) -> bool:
+    """True for a :class:`NoOutput` - also one read back from a store as a plain string (by its prefix)."""
+    return isinstance(output, NoOutput) or (isinstance(output, str) and output.startswith(NoOutput.PREFIX))
+
+
 @dataclass
 class LogLik:
     logprob: float  # sum of log p(token) over the continuation
@@ -87,7 +116,8 @@ class MLLM(abc.ABC):
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 16) -> list[str]:
-        """Greedy continuation of each prompt's assistant turn, special tokens stripped."""
+        """Greedy continuation of each prompt's assistant turn, special tokens stripped; a :class:`NoOutput`
+        (naming why) for a reply without text."""
 
     @abc.abstractmethod
     def option_logits(self, prompts: Sequence[Prompt], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:

@@ -47,7 +47,15 @@ with every image data URL replaced by the SHA-256 of its bytes. The body contain
 name, the messages and all parameters (temperature, seed, max_tokens, logprobs, extra_body);
 ``base_url`` and the API key are *not* part of the key, so a cache can be reused across ports
 or hosts serving the same model name. A cache hit makes no HTTP request. Files are written
-atomically; unreadable cache files are ignored (and overwritten).
+atomically; a cache file that cannot be used (invalid or truncated JSON, no response object, another request's
+entry, a read error) is requested again with a :class:`CorruptCacheWarning` naming it, and overwritten by the new
+reply. A cache file that cannot be written (a full disk) warns the same way; the reply is still returned.
+
+Replies without text: a chat reply whose ``content`` is null - a refusal (``message.refusal``), a tool call
+(``message.tool_calls``), a content filter - is returned by :meth:`OpenAIChatModel.generate` as a
+:class:`~mmfragile.models.base.NoOutput` naming the reason (``"[no output] refusal: <text>"``,
+``"[no output] tool_calls: <names>"``, ``"[no output] finish_reason: <reason>"``), never as ``""``: the row keeps the
+reason in ``raw_output`` and is out of coverage (no option ID matches); one warning per call counts them.
 
 Loopback base URLs (``localhost``, ``127.*``, ``::1``) bypass any ``HTTP(S)_PROXY`` environment
 setting; other hosts use the client's default proxy handling. Without an API key no ``Authorization``
@@ -91,15 +99,17 @@ import random
 import threading
 import time
 import urllib.parse
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from mmfragile.models.base import MLLM, LogLik, Prompt
+from mmfragile.models.base import MLLM, LogLik, NoOutput, Prompt
 from mmfragile.schema import DataError
 
-__all__ = ["APIError", "OpenAIChatModel", "build_messages", "image_to_data_url", "request_cache_key"]
+__all__ = ["APIError", "CorruptCacheWarning", "OpenAIChatModel", "build_messages", "image_to_data_url",
+           "request_cache_key"]
 
 #: bump when the cache layout or key recipe changes (part of every key).
 CACHE_VERSION = 1
@@ -108,6 +118,10 @@ RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 _ASSISTANT_PREFIX_MODES = ("user", "continue", "prefill")
 #: request fields the determinism protocol owns; ``extra_body`` may not override them.
 _PROTECTED_FIELDS = ("temperature", "model", "messages", "n", "stream")
+
+
+class CorruptCacheWarning(UserWarning):
+    """A disk-cache file could not be used (corrupt, truncated, unreadable) or written; the request is sent."""
 
 
 class _Aborted(Exception):
@@ -358,6 +372,7 @@ class OpenAIChatModel(MLLM):
         self.n_http_requests = 0
         self.n_cache_hits = 0
         self.n_retries = 0
+        self._cache_problems: list[str] = []  # found on the loop thread, warned about in the caller's
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(base_url={self.base_url!r}, model={self.model!r})"
@@ -517,29 +532,65 @@ class OpenAIChatModel(MLLM):
                     raise r
             return results
 
-        return self._run(batch())
+        try:
+            return self._run(batch())
+        finally:
+            with self._lock:
+                problems, self._cache_problems = self._cache_problems, []
+            for msg in problems:
+                warnings.warn(msg, CorruptCacheWarning, stacklevel=3)
 
     def _cache_path(self, key: str) -> Path:
         assert self.cache_dir is not None
         return self.cache_dir / f"{key}.json"
 
+    def _cache_problem(self, msg: str) -> None:
+        with self._lock:
+            self._cache_problems.append(msg)
+
     def _cache_read(self, key: str) -> dict | None:
+        """The cached response, or None: no file (a miss), or a file that cannot be used - corrupt, truncated,
+        another request's entry, unreadable - which is reported (:class:`CorruptCacheWarning`) and requested
+        again (the new reply overwrites it)."""
         path = self._cache_path(key)
         try:
-            with open(path, encoding="utf-8") as f:
-                rec = json.load(f)
-            return rec["response"]
-        except (OSError, ValueError, KeyError, TypeError):
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
             return None
+        except OSError as e:
+            self._cache_problem(f"{path}: cannot read cache file ({type(e).__name__}: {e}); requesting again")
+            return None
+        try:
+            rec = json.loads(data.decode("utf-8"))
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+            problem = f"not valid JSON ({e}; {len(data)} bytes - truncated?)"
+        else:
+            if not isinstance(rec, dict) or not isinstance(rec.get("response"), dict):
+                problem = "no response object in it"
+            elif rec.get("key", key) != key:
+                problem = f"it holds the entry of another request (key {str(rec.get('key'))[:16]}...)"
+            else:
+                return rec["response"]
+        self._cache_problem(f"{path}: corrupt cache file ({problem}); requesting again (the reply overwrites it)")
+        return None
 
     def _cache_write(self, key: str, endpoint: str, body: dict, response: dict) -> None:
         path = self._cache_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
         rec = {"key": key, "endpoint": endpoint, "request": _hash_data_urls(body), "response": response}
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(rec, f, ensure_ascii=False, sort_keys=True)
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(rec, f, ensure_ascii=False, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError as e:  # a full disk, say: the reply is good, only the cache misses it
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            self._cache_problem(f"{path}: cannot write cache file ({type(e).__name__}: {e}); the reply is used "
+                                "but not cached")
 
     # ---------------------------------------------------------------- response parsing
 
@@ -574,13 +625,42 @@ class OpenAIChatModel(MLLM):
         outs = self._post_many("chat/completions", bodies)
 
         def one(i: int) -> str:
-            msg = self._first_choice(outs[i], url).get("message") or {}
+            choice = self._first_choice(outs[i], url)
+            msg = choice.get("message") or {}
             content = msg.get("content")
-            if isinstance(content, list):  # some servers return content parts
-                content = "".join(c.get("text", "") for c in content if isinstance(c, dict))
-            return self._strip_echoed_prefix(content or "", prompts[i].assistant_prefix or "")
+            refusal = msg.get("refusal")
+            if isinstance(content, list):  # some servers return content parts (text, refusal)
+                parts = [c for c in content if isinstance(c, dict)]
+                texts = [c["text"] for c in parts if isinstance(c.get("text"), str) and c.get("type") != "refusal"]
+                refusal = refusal or " ".join(str(c.get("refusal") or "") for c in parts if c.get("type") == "refusal")
+                content = "".join(texts) if texts else None
+            if not content and (content is None or refusal or msg.get("tool_calls") or msg.get("function_call")):
+                return NoOutput(self._no_output_reason(choice, msg, refusal))
+            return self._strip_echoed_prefix(content, prompts[i].assistant_prefix or "")
 
-        return [one(i) for i in range(len(bodies))]
+        raws = [one(i) for i in range(len(bodies))]
+        empty = [r for r in raws if isinstance(r, NoOutput)]
+        if empty:
+            warnings.warn(f"{self.name}: {len(empty)} of {len(raws)} replies carried no text (first: "
+                          f"{empty[0].reason}); recorded as unparseable outputs {NoOutput.PREFIX.strip()!r} with the "
+                          "reason, out of coverage", stacklevel=2)
+        return raws
+
+    @staticmethod
+    def _no_output_reason(choice: dict, msg: dict, refusal: Any) -> str:
+        """Why a reply has no text: ``refusal: <text>``, ``tool_calls: <names>``, ``finish_reason: <reason>``."""
+        if isinstance(refusal, str) and refusal.strip():
+            return "refusal: " + " ".join(refusal.split())
+        calls = msg.get("tool_calls")
+        if calls:
+            names = [str((c.get("function") or {}).get("name") or c.get("type") or "?") if isinstance(c, dict) else "?"
+                     for c in (calls if isinstance(calls, list) else [calls])]
+            return "tool_calls: " + ", ".join(names)
+        if msg.get("function_call"):
+            fc = msg["function_call"]
+            return "function_call: " + str(fc.get("name") if isinstance(fc, dict) else fc)
+        finish = choice.get("finish_reason")
+        return f"finish_reason: {finish}" if finish else "content: null"
 
     @staticmethod
     def _top_alternatives(choice: dict) -> list[tuple[str, float]] | None:

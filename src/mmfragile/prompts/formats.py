@@ -276,6 +276,28 @@ _ALIASES = {
     "syntheticvqa": "synthetic-vqa", "easyvqa": "easy-vqa",
 }
 
+
+class NoStandardFormat(KeyError, ValueError):
+    """A dataset with no standard prompt format (neither Table 5 nor :data:`INFERRED_STANDARD`: a
+    ``generic:`` file, a table with its own dataset name) where one is asked for. A :class:`KeyError` (the
+    mapping protocol of :data:`STANDARD_FORMATS`) and a :class:`ValueError`; ``datasets`` names the ones
+    without a format, ``known`` the datasets that have one. ``hint`` says what to pass instead."""
+
+    def __init__(self, datasets: str | Sequence[str], hint: str = ""):
+        self.datasets = [datasets] if isinstance(datasets, str) else list(datasets)
+        self.known, self.hint = list(_STANDARD), hint
+        names = ", ".join(repr(d) for d in self.datasets)
+        msg = (f"no standard prompt format for dataset{'s' if len(self.datasets) > 1 else ''} {names}; "
+               f"known: {self.known}")
+        super().__init__(msg + (f"; {hint}" if hint else ""))
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+    def __reduce__(self):  # picklable (Ray workers) with its own arguments, not the message
+        return type(self), (self.datasets, self.hint)
+
+
 class _StandardFormats(Mapping):
     """Read-only mapping dataset -> standard :class:`PromptFormat` (Table 5, plus the inferred entries of
     :data:`INFERRED_STANDARD`).
@@ -290,7 +312,7 @@ class _StandardFormats(Mapping):
         k = _norm_dataset(key)
         if k in _ALIASES:
             return _STANDARD[_ALIASES[k]]
-        raise KeyError(f"no standard prompt format for dataset {key!r}; known: {list(_STANDARD)}")
+        raise NoStandardFormat(str(key))
 
     def __iter__(self) -> Iterator[str]:
         return iter(_STANDARD)
@@ -306,7 +328,8 @@ STANDARD_FORMATS: Mapping[str, PromptFormat] = _StandardFormats()
 
 
 def standard_format(dataset: str, default: PromptFormat | None = None) -> PromptFormat:
-    """Table 5 standard format of ``dataset``; ``default`` (if given) for unknown datasets."""
+    """Table 5 standard format of ``dataset``; ``default`` (if given) for unknown datasets, else
+    :class:`NoStandardFormat` (a ``KeyError`` and a ``ValueError``) listing the known datasets."""
     try:
         return STANDARD_FORMATS[dataset]
     except KeyError:
@@ -526,6 +549,7 @@ __all__ = [
     "MAX_OPTIONS", "OPTION_ID_SETS", "DELIMITERS", "SEPARATORS", "ID_NOUNS", "TABLE_ORDER",
     "PAPER_INSTRUCTION", "VSTAR_INSTRUCTION", "INSTRUCTIONS", "instruction_text",
     "PromptFormat", "option_ids_for", "all_formats", "STANDARD_FORMATS", "INFERRED_STANDARD", "standard_format",
+    "NoStandardFormat",
     "circular_shifts", "shift_options", "circular_items", "FormattedPrompt", "build_mc_prompt",
     "ClozePrompt", "build_cloze_prompt", "max_new_tokens_for", "score_exact_match", "score_outputs",
 ]

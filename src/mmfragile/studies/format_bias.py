@@ -141,14 +141,16 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mo
                     include_standard: bool = True, progress: bool = True, n_frames: int | None = None,
                     fps: float | None = None, video_bounds: bool = True, skip_bad_rows: bool = False,
                     flush_every: int = 256, shard: Shard | str | None = None, budget: float | int | None = None,
-                    budget_seed: int = 0, adaptive: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
+                    budget_seed: int = 0, adaptive: bool = False,
+                    standard=None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run the format grid (Sec. 4.2: every question x format x circular shift, plus the standard format) into
     ``store``; returns the store's table and timing ``{n_questions, n_items, n_new, seconds, s_per_question,
     s_per_item}`` (per *newly evaluated* question / item; NaN if nothing was left to run). Video questions:
     see :func:`mmfragile.evaluate.format_bias_items`. ``skip_bad_rows``: questions that cannot be turned into
     items are left out instead of raising; they and the rows the load skipped (``questions.attrs``) are
     recorded in the store's config.json (:func:`run_info`). ``shard`` (``"i/n"``): only the questions of that
-    shard (:mod:`mmfragile.shards`).
+    shard (:mod:`mmfragile.shards`). ``standard``: the standard format of a dataset Table 5 does not list (a
+    format name or :class:`PromptFormat`, or ``{dataset: format}``), as ``format_bias_items`` takes it.
 
     ``budget`` (a share of the grid such as 0.05, or a cell count): run only a seeded stratified subset of the
     48-format grid - or, with ``adaptive``, half of it stratified and the rest where it shrinks the uncertainty
@@ -163,7 +165,8 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mo
     questions = shard.questions(questions)
     skipped: list[dict] | None = [] if skip_bad_rows else None
     items = format_bias_items(model, questions, formats=formats, include_standard=include_standard and budget is None,
-                              n_frames=n_frames, fps=fps, video_bounds=video_bounds, skipped=skipped)
+                              n_frames=n_frames, fps=fps, video_bounds=video_bounds, skipped=skipped,
+                              standard=standard)
     store.add_skipped_rows(run_info(questions, skipped or [])["skipped_rows"])
     before = len(store)
     pending = store.pending(pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns))
