@@ -1,0 +1,89 @@
+"""A small grid of every study, run through the public API into result stores - the regression reference of the
+study runner (issue 19). ``tests/data/regression/*.parquet`` were written by this module with the code *before*
+the runner was unified (commit "Regression reference rows ..."); ``tests/test_regression.py`` runs it again and
+compares every stored row.
+
+    python tests/regression_grid.py tests/data/regression     # rewrite the reference (only on purpose!)
+
+Model: ``tiny-vlm`` (random weights, fast and deterministic); every study's paths are covered: the format grid
+through the engine plus CP-LN log-likelihoods, Promptception's generation + two-stage scoring, the judge's seeded
+sampled scores, pairwise position / verbosity judgments and judge self-generation.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+KEY = ["model", "dataset", "question_id", "variant"]
+FORMATS = ("uppercase-dot-line_break", "numbers-bracket-semicolon", "roman-colon-comma")
+PROMPT_IDS = ("1.1", "2.1", "7.6", "12.1")
+PERTURBATIONS = ("text_dominance", "image_dominance", "image_misalignment", "unnecessary_image")
+#: the reference tables, one per store
+TABLES = ("formats", "cp_ln", "promptception", "judge_scores", "judge_pairwise", "judge_selfgen")
+
+
+def build(out: str | Path, model=None) -> dict[str, pd.DataFrame]:
+    """Run the grid into stores under ``out/stores`` and return one table per entry of :data:`TABLES`."""
+    from mmfragile.api import load_dataset, load_model
+    from mmfragile.data.judge_synthetic import make_judge_set
+    from mmfragile.prompts.formats import PromptFormat
+    from mmfragile.store import ResultStore
+    from mmfragile.studies import format_bias as fbs
+    from mmfragile.studies import judgebias as jb
+    from mmfragile.studies import promptception as pcs
+
+    out = Path(out)
+    model = model or load_model("tiny-vlm")
+    tables: dict[str, pd.DataFrame] = {}
+
+    qs = load_dataset("synthetic-vqa", n=None)
+    fb_q = pd.concat([qs[qs.modality == m].head(1) for m in ("image", "multi-image", "video", "text")])
+    fmts = [PromptFormat.from_name(f) for f in FORMATS]
+    store = ResultStore(out / "stores" / "formats", config={"study": "format-bias"})
+    tables["formats"], _ = fbs.run_format_bias(model, fb_q, store, formats=fmts, n_frames=3, progress=False)
+    cp = ResultStore(out / "stores" / "cp_ln", config={"study": "format-bias-cp-ln"})
+    tables["cp_ln"] = fbs.run_cp_ln(model, fb_q, cp, n_frames=3, progress=False)
+
+    pc_q = pcs.select_questions(qs, 4)
+    pc = ResultStore(out / "stores" / "promptception", config={"study": "promptception"})
+    pcs.PromptceptionTask(prompt_ids=PROMPT_IDS, max_new_tokens=6, n_frames=3, match_text=True,
+                          batch_size=8)(model, pc_q.to_dict("records"), pc, None)
+    tables["promptception"] = pc.read()
+
+    samples = make_judge_set(2, 0, out / "judge" / "data", n_text=1)
+    conditions = jb.build_judge_conditions(samples, PERTURBATIONS, 0, out / "judge" / "audit")
+    scores, pairs = jb.open_stores(out / "stores" / "judge", jb.store_config(seed=0))
+    gen = dict(runs=2, max_new_tokens=6, batch_size=8, progress=False)
+    jb.run_judge(model, conditions, scores, **gen)
+    tables["judge_scores"] = scores.read()
+    jb.run_pairwise(model, jb.position_pairs(samples) + jb.verbosity_pairs(samples, seed=0), pairs, **gen)
+    tables["judge_pairwise"] = pairs.read()
+    selfgen = jb.generate_responses(model, samples, max_new_tokens=6) + jb.reference_responses(samples)
+    sg = ResultStore(out / "stores" / "judge_selfgen", config={"study": "judgebias", "kind": "selfgen"})
+    jb.run_judge(model, [("original", s) for s in selfgen], sg, **gen)
+    tables["judge_selfgen"] = sg.read()
+    return {k: v.sort_values(KEY).reset_index(drop=True) for k, v in tables.items()}
+
+
+def comparable(df: pd.DataFrame) -> pd.DataFrame:
+    """The columns that must not change, list/array cells as tuples, absolute paths dropped (they name the run's
+    folder)."""
+    drop = [c for c in df.columns if c in ("image_paths",)]
+    out = df.drop(columns=drop).sort_values(KEY).reset_index(drop=True)
+    for c in out.columns:
+        if out[c].map(lambda v: hasattr(v, "__len__") and not isinstance(v, (str, bytes))).any():
+            out[c] = out[c].map(lambda v: None if v is None else tuple(v))
+    return out
+
+
+if __name__ == "__main__":
+    dest = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "data" / "regression")
+    import tempfile
+
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, table in build(tmp).items():
+            table.to_parquet(dest / f"{name}.parquet", index=False)
+            print(name, len(table), "rows", list(table.columns))
