@@ -139,9 +139,9 @@ def main() -> None:
     torch.set_num_threads(a.threads)
 
     from mmfragile.api import load_dataset, load_model
-    from mmfragile.evaluate import format_bias_items
+    from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.models.tiny import FAMILIES, build_tiny
-    from mmfragile.prompts.formats import all_formats
+    from mmfragile.studies.format_bias.prompts import all_formats
 
     targets = ([(f, str(build_tiny(f))) for f in sorted(FAMILIES)] if a.arch == "all" else
                [(a.arch, str(build_tiny(a.arch)))] if a.arch else [(a.model, a.model)])

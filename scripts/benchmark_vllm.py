@@ -35,7 +35,8 @@ def worker(a) -> None:
 
     torch.set_num_threads(a.threads)
     from mmfragile.api import load_dataset, load_model
-    from mmfragile.evaluate import format_bias_items, run_items
+    from mmfragile.evaluate import run_items
+    from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.models.base import Prompt
     from mmfragile.store import ResultStore
 

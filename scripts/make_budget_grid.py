@@ -6,7 +6,7 @@
 
 Keeps the questions whose 48-format x circular-shift grid is complete in the store (the engine runs a question's
 items together, so a run stopped early leaves whole questions plus at most one partial one) and only the columns
-:func:`mmfragile.metrics.budget_validation.load_embedded_grid` needs: model, dataset, question_id, format, shift,
+:func:`mmfragile.budget.validation.load_embedded_grid` needs: model, dataset, question_id, format, shift,
 n_options, answer_position, correct, covered.
 """
 from __future__ import annotations

@@ -27,8 +27,8 @@ TABLES = ("formats", "cp_ln", "promptception", "judge_scores", "judge_pairwise",
 def build(out: str | Path, model=None) -> dict[str, pd.DataFrame]:
     """Run the grid into stores under ``out/stores`` and return one table per entry of :data:`TABLES`."""
     from mmfragile.api import load_dataset, load_model
-    from mmfragile.data.judge_synthetic import make_judge_set
-    from mmfragile.prompts.formats import PromptFormat
+    from mmfragile.studies.judgebias.data import make_judge_set
+    from mmfragile.studies.format_bias.prompts import PromptFormat
     from mmfragile.store import ResultStore
     from mmfragile.studies import format_bias as fbs
     from mmfragile.studies import judgebias as jb

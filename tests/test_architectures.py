@@ -84,9 +84,11 @@ def test_study_item_builders_run_on_every_family(family_model, tmp_path):
     judge prompt all run end to end."""
     import pandas as pd
 
-    from mmfragile.evaluate import format_bias_items, run_items
-    from mmfragile.prompts.formats import PromptFormat
-    from mmfragile.prompts.judge import score_prompt
+    from mmfragile.evaluate import run_items
+
+    from mmfragile.studies.format_bias.items import format_bias_items
+    from mmfragile.studies.format_bias.prompts import PromptFormat
+    from mmfragile.studies.judgebias.prompts import score_prompt
     from mmfragile.store import ResultStore
     from mmfragile.studies.promptception import promptception_items
 

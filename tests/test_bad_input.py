@@ -12,8 +12,8 @@ import pytest
 from mmfragile.data import fixtures as fx
 from mmfragile.data import loaders
 from mmfragile.data.loaders import load_dataset, load_hrbench, load_mmbench, skipped_rows
-from mmfragile.evaluate import format_bias_items
-from mmfragile.prompts.formats import NoStandardFormat, PromptFormat
+from mmfragile.studies.format_bias.items import format_bias_items
+from mmfragile.studies.format_bias.prompts import NoStandardFormat, PromptFormat
 from mmfragile.schema import DataError
 
 ONE_FORMAT = [PromptFormat("lowercase", "bracket", "comma")]

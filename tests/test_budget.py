@@ -1,4 +1,4 @@
-"""Budgeted estimates (mmfragile.metrics.budget, mmfragile.budget): the estimator against scikit-learn and exact
+"""Budgeted estimates (mmfragile.budget.estimator, mmfragile.budget): the estimator against scikit-learn and exact
 complete-grid values, the designs' balance / nesting / determinism, the simulations against the published tables,
 budgeted runs through the real engine (tiny-vlm) and the 5 % target on the committed embedded grid."""
 from __future__ import annotations
@@ -8,15 +8,15 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from mmfragile.metrics import budget as bd
-from mmfragile.metrics import budget_validation as bv
+from mmfragile.budget import estimator as bd
+from mmfragile.budget import validation as bv
 from mmfragile.schema import DataError
 
 
 def _grid(n_q: int = 24, seed: int = 0) -> pd.DataFrame:
     """A complete 48-format x circular grid from a known logistic model: format-factor effects, a position bias
     and question difficulties (4 options, so 4 shifts per question)."""
-    from mmfragile.prompts.formats import all_formats
+    from mmfragile.studies.format_bias.prompts import all_formats
 
     rng = np.random.default_rng(seed)
     fx = {"uppercase": 0.4, "lowercase": -0.3, "numbers": 0.1, "roman": -1.2, "dot": 0.2, "colon": 0.0,
@@ -124,8 +124,8 @@ def test_estimate_refuses_bad_outcomes():
 
 
 def test_simulated_grids_reproduce_the_published_tables():
-    from mmfragile.metrics import formatbias as fb
-    from mmfragile.metrics import promptception as pc
+    from mmfragile.studies.format_bias import metrics as fb
+    from mmfragile.studies.promptception import metrics as pc
 
     sim = bv.simulate_format_grid(datasets=["HRBench-4K"], models=["LLaVA-1.5", "Phi-4"])
     spec = bv.simulation_spec(bd.FORMAT_BIAS)
@@ -190,7 +190,7 @@ def test_five_percent_of_the_embedded_grid():
 # ---------------------------------------------------------------------------------------------- runs
 @pytest.fixture(scope="module")
 def tiny_items(tiny_vlm, synthetic):
-    from mmfragile.evaluate import format_bias_items
+    from mmfragile.studies.format_bias.items import format_bias_items
 
     return format_bias_items(tiny_vlm, synthetic.head(2), include_standard=False)
 

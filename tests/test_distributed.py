@@ -15,9 +15,10 @@ ray = pytest.importorskip("ray")
 
 from mmfragile.api import load_dataset  # noqa: E402
 from mmfragile.distributed import init_ray, run_on_ray  # noqa: E402
-from mmfragile.evaluate import format_bias_items, run_items  # noqa: E402
+from mmfragile.evaluate import run_items
+from mmfragile.studies.format_bias.items import format_bias_items  # noqa: E402
 from mmfragile.faults import KILL_EXIT_CODE  # noqa: E402
-from mmfragile.prompts.formats import PromptFormat  # noqa: E402
+from mmfragile.studies.format_bias.prompts import PromptFormat  # noqa: E402
 from mmfragile.store import ResultStore, merge_stores  # noqa: E402
 from mmfragile.studies import format_bias as fbs  # noqa: E402
 

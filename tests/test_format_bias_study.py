@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmfragile.metrics import formatbias as fb
-from mmfragile.metrics import mitigation as mit
+from mmfragile.studies.format_bias import metrics as fb
+from mmfragile.studies.format_bias import mitigation as mit
 from mmfragile.schema import DataError
 from mmfragile.store import ResultStore
 from mmfragile.studies import format_bias as fbs
@@ -24,7 +24,7 @@ def _run_rows(model="m", dataset="d", n_options=(3, 3), formats=("uppercase-dot-
     """Rows shaped like mmfragile.evaluate.run_items output (engine path): question q has n_options[q] options,
     its correct canonical option is 0, shown at position (0 - shift) % O; the model picks shown position
     ``pick(q, shift, fmt)`` (-1 = invalid output)."""
-    from mmfragile.prompts.formats import OPTION_ID_SETS, PromptFormat
+    from mmfragile.studies.format_bias.prompts import OPTION_ID_SETS, PromptFormat
 
     fmts = [(PromptFormat.from_name(f), f) for f in formats]
     if standard:
@@ -173,7 +173,7 @@ def test_table7_reproduces_the_published_footer():
 
 # ------------------------------------------------------------------------------------------ CP-LN on a model
 def test_run_cp_ln_picks_the_length_normalised_argmax_and_resumes(tiny_vlm, synthetic, tmp_path):
-    from mmfragile.prompts.formats import build_cloze_prompt
+    from mmfragile.studies.format_bias.prompts import build_cloze_prompt
 
     qs = synthetic[synthetic.modality == "image"].head(2).reset_index(drop=True)
     store = ResultStore(tmp_path / "cp", config={"study": fbs.CP_LN_STUDY})

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmfragile.metrics import formatbias as fb
+from mmfragile.studies.format_bias import metrics as fb
 from mmfragile.schema import DataError
 
 
@@ -328,7 +328,7 @@ def test_plots_return_figures_with_note():
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
-    from mmfragile.plots import formatbias as pl
+    from mmfragile.studies.format_bias import plots as pl
 
     rng = np.random.default_rng(2)
     rows = []

@@ -1,7 +1,7 @@
 """Study 1 published data (Tables 7-12 of the format-bias paper) and the analyses run on it.
 
 The extracted CSVs are checked for shape and against values read by hand from the seed; the metrics in
-:mod:`mmfragile.metrics.formatbias` are checked to reproduce what the paper reports from these tables
+:mod:`mmfragile.studies.format_bias.metrics` are checked to reproduce what the paper reports from these tables
 (Table 7 pseudo GT and ranks, Fig. 6 LMM effects, Fig. 4 / Fig. 15 deviation ranges).
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmfragile.metrics import formatbias as fb
+from mmfragile.studies.format_bias import metrics as fb
 
 
 @pytest.fixture(scope="module")

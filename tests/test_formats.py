@@ -1,7 +1,7 @@
 """Study 1 prompt formats (format-bias seed: Tab. 1, Tab. 3, Tab. 5, Sec. A.3, A.4, B.3)."""
 import pytest
 
-from mmfragile.prompts.formats import (
+from mmfragile.studies.format_bias.prompts import (
     DELIMITERS,
     INFERRED_STANDARD,
     OPTION_ID_SETS,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mmfragile.data.judge_synthetic import COLORS, MANIFEST_NAME, SHAPES, load_judge_dir, make_judge_set
-from mmfragile.perturbations import PERTURBATIONS, apply_perturbation, save_perturbed
+from mmfragile.studies.judgebias.data import COLORS, MANIFEST_NAME, SHAPES, load_judge_dir, make_judge_set
+from mmfragile.studies.judgebias.perturbations import PERTURBATIONS, apply_perturbation, save_perturbed
 from mmfragile.schema import DataError
 
 

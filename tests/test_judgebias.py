@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmfragile.metrics import judgebias as jb
+from mmfragile.studies.judgebias import metrics as jb
 from mmfragile.models.base import Prompt
-from mmfragile.prompts.judge import (
+from mmfragile.studies.judgebias.prompts import (
     ScoreParseError, na_prompt, pairwise_prompt, parse_pairwise, parse_score, parse_score_or_na, score_prompt,
 )
 from mmfragile.schema import DataError
@@ -472,7 +472,7 @@ def test_extraction_script_reproduces_csvs():
 def test_plots_return_figures_with_note():
     from matplotlib.figure import Figure
 
-    from mmfragile.plots import judgebias as pj
+    from mmfragile.studies.judgebias import plots as pj
 
     t = jb.published_table2()
     small = t.loc[["Gemini-3-Pro (high)", "GPT-5 mini (high)", "LLaVA-Critic-7B"]]
@@ -499,7 +499,7 @@ def test_plots_return_figures_with_note():
 
 
 def test_table2_frame_layout(tmp_path):
-    from mmfragile.plots.judgebias import save_table2_csv, table2_frame
+    from mmfragile.studies.judgebias.plots import save_table2_csv, table2_frame
 
     t = jb.published_table2()
     f = table2_frame(t)

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmfragile.data.judge_synthetic import make_judge_set
-from mmfragile.metrics import judgebias as jm
+from mmfragile.studies.judgebias.data import make_judge_set
+from mmfragile.studies.judgebias import metrics as jm
 from mmfragile.models.base import MLLM
-from mmfragile.perturbations import image_sha256
-from mmfragile.prompts.judge import parse_score, score_prompt
+from mmfragile.studies.judgebias.perturbations import image_sha256
+from mmfragile.studies.judgebias.prompts import parse_score, score_prompt
 from mmfragile.store import ResultStore
 from mmfragile.studies import judgebias as jb
 

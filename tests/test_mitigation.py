@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmfragile.metrics.mitigation import (
+from mmfragile.studies.format_bias.mitigation import (
     accuracy,
     cp_ln,
     perplexity,

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from mmfragile.models.base import MLLM, Prompt
-from mmfragile.perturbations import (
+from mmfragile.studies.judgebias.perturbations import (
     AESTHETIC_OPS,
     GEOMETRIC_OPS,
     PERTURBATION_INFO,
@@ -74,7 +74,7 @@ def test_registry_is_the_nine_of_table_1():
 
 
 def test_names_agree_with_the_judgebias_metrics():
-    from mmfragile.metrics import judgebias as jb
+    from mmfragile.studies.judgebias import metrics as jb
 
     assert tuple(PERTURBATIONS) == jb.PERTURBATIONS and UNPERTURBED == jb.REFERENCE
     assert {k: v["metric"] for k, v in PERTURBATION_INFO.items()} == jb.METRIC_OF

@@ -10,7 +10,7 @@ from mmfragile.paths import seed_path
 
 import pytest
 
-from mmfragile.prompts.promptception import (
+from mmfragile.studies.promptception.prompts import (
     BASELINE_ID,
     CATALOG_PATH,
     PromptType,

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmfragile.metrics import promptception as pc
+from mmfragile.studies.promptception import metrics as pc
 from mmfragile.schema import DataError
 
 SEED = seed_path("promptception.txt")
@@ -273,7 +273,7 @@ def test_model_sensitivity(acc):
 
 def test_plots_smoke(acc):
     import matplotlib.pyplot as plt
-    from mmfragile.plots import promptception as pp
+    from mmfragile.studies.promptception import plots as pp
 
     s = pc.category_std(acc)
     op = pc.average_pra(acc, pc.OPEN_SOURCE_MODELS)

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from mmfragile.data import fixtures as fx
-from mmfragile.data.judge_synthetic import RELEASE_DATASET, load_judge_dataset
+from mmfragile.studies.judgebias.data import RELEASE_DATASET, load_judge_dataset
 from mmfragile.data.loaders import load_dataset
-from mmfragile.evaluate import format_bias_items
+from mmfragile.studies.format_bias.items import format_bias_items
 from mmfragile.models.base import split_interleaved
-from mmfragile.prompts.formats import PromptFormat
+from mmfragile.studies.format_bias.prompts import PromptFormat
 from mmfragile.schema import DataError
 from mmfragile.store import ConfigMismatch, ResultStore
 from mmfragile.studies import judgebias as jb

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmfragile.metrics import formatbias as fb
-from mmfragile.metrics import judgebias as jm
-from mmfragile.metrics import promptception as pm
+from mmfragile.studies.format_bias import metrics as fb
+from mmfragile.studies.judgebias import metrics as jm
+from mmfragile.studies.promptception import metrics as pm
 from mmfragile.report import build_report, metric_key
 from mmfragile.report.browser import console_errors, dump_dom, find_chromium, screenshot_page
 from mmfragile.store import ResultStore
@@ -31,7 +31,7 @@ FORMATS = ["uppercase-dot-line_break", "lowercase-bracket-comma", "uppercase-bra
 def _fb_rows(model, n_q=4, n_opt=3, pick=lambda q, s, f: 0, dataset="syn"):
     """Run rows (mmfragile.evaluate.run_items schema): correct canonical option 0, shown at (0 - shift) % O; the
     model picks shown position pick(q, shift, format) (-1 = not an option ID)."""
-    from mmfragile.prompts.formats import OPTION_ID_SETS, PromptFormat
+    from mmfragile.studies.format_bias.prompts import OPTION_ID_SETS, PromptFormat
 
     fmts = [(PromptFormat.from_name(f), f) for f in FORMATS] + [(PromptFormat("uppercase", "dot", "line_break"), "standard")]
     rows = []

@@ -48,8 +48,9 @@ def _args(out, shard):
 
 def test_format_grid_shards_written_concurrently_then_merged(tmp_path, tiny_vlm, capsys):
     from mmfragile.api import load_dataset
-    from mmfragile.evaluate import format_bias_items, run_items
-    from mmfragile.prompts.formats import PromptFormat
+    from mmfragile.evaluate import run_items
+    from mmfragile.studies.format_bias.items import format_bias_items
+    from mmfragile.studies.format_bias.prompts import PromptFormat
 
     items = format_bias_items(tiny_vlm, load_dataset("synthetic-image", n=3),
                               formats=[PromptFormat.from_name(f) for f in FORMATS.split(",")])
@@ -99,7 +100,7 @@ def test_promptception_shards_equal_one_run(tmp_path, tiny_vlm, synthetic):
 
 
 def test_judge_and_pairwise_shards_equal_one_run(tmp_path, tiny_vlm):
-    from mmfragile.data.judge_synthetic import make_judge_set
+    from mmfragile.studies.judgebias.data import make_judge_set
     from mmfragile.studies import judgebias as jb
 
     samples = make_judge_set(2, 0, tmp_path / "data", n_text=1)[::2]     # img000, img001, txt000 (good)

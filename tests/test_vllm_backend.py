@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-from mmfragile.evaluate import format_bias_items, run_items
+from mmfragile.evaluate import run_items
+
+from mmfragile.studies.format_bias.items import format_bias_items
 from mmfragile.models.base import Prompt
 from mmfragile.paths import vllm_venv
-from mmfragile.prompts.formats import all_formats, build_cloze_prompt
+from mmfragile.studies.format_bias.prompts import all_formats, build_cloze_prompt
 from mmfragile.store import ResultStore
 
 pytestmark = pytest.mark.vllm

@@ -176,7 +176,7 @@ def test_answer_training_questions_and_prompts():
     exact), too many refused; one prompt per question whose target is its answer ID (in the drawn format and shift)
     + the end-of-turn token."""
     from mmfragile.data.easyvqa import image_attributes, load_easy_vqa
-    from mmfragile.prompts.formats import PromptFormat
+    from mmfragile.studies.format_bias.prompts import PromptFormat
 
     pool = load_easy_vqa("train", n=400, seed=3)
     attrs = image_attributes("train")

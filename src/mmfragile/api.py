@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .data.loaders import load_dataset  # noqa: F401  (re-exported)
-from .models.base import MLLM
-from .models.embedded import EMBEDDED_MODELS, EMBEDDED_NOTE, load_embedded
-from .models.zoo import ZOO_MODELS, load_zoo, zoo_model_path
+from mmfragile.data.loaders import load_dataset  # noqa: F401  (re-exported)
+from mmfragile.models.base import MLLM
+from mmfragile.models.embedded import EMBEDDED_MODELS, EMBEDDED_NOTE, load_embedded
+from mmfragile.models.zoo import ZOO_MODELS, load_zoo, zoo_model_path
 
 
 def load_model(spec: str, backend: str = "hf", **kwargs) -> MLLM:
@@ -42,13 +42,13 @@ def load_model(spec: str, backend: str = "hf", **kwargs) -> MLLM:
             m.name = spec
         return m
     if spec.startswith("openai:"):
-        from .models.openai_api import OpenAIChatModel
+        from mmfragile.models.openai_api import OpenAIChatModel
 
         url, _, model = spec[len("openai:"):].partition("::")
         if not model:
             raise ValueError(f"openai model spec needs '::<model>': {spec!r}")
         return OpenAIChatModel(url, model, **kwargs)
-    from .models.hf import HFModel
+    from mmfragile.models.hf import HFModel
 
     if not Path(spec).exists():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # only the local HF cache, never the network
@@ -56,8 +56,8 @@ def load_model(spec: str, backend: str = "hf", **kwargs) -> MLLM:
 
 
 def _load_vllm(spec: str, **kwargs) -> MLLM:
-    from .models.embedded import embedded_model_path
-    from .models.vllm_backend import VLLMModel
+    from mmfragile.models.embedded import embedded_model_path
+    from mmfragile.models.vllm_backend import VLLMModel
 
     name, _, seed = spec.partition("@")
     if name in EMBEDDED_MODELS:

@@ -49,14 +49,14 @@ def _run_study(a: argparse.Namespace, task, units: list, open_store):
     if a.workers:
         if a.shard:
             raise SystemExit("--shard and --workers exclude each other: Ray splits the work itself")
-        from .distributed import run_on_ray
+        from mmfragile.distributed import run_on_ray
 
         report = run_on_ray(task, units, open_store, a.model, workers=a.workers, address=a.ray_address,
                             n_tasks=a.tasks, progress=not a.quiet)
         print(report, file=sys.stderr)
         return report.store.read()
-    from .api import load_model
-    from .shards import Shard
+    from mmfragile.api import load_model
+    from mmfragile.shards import Shard
 
     model = load_model(a.model)
     store = open_store(model.name)
@@ -168,21 +168,21 @@ def main(argv: list[str] | None = None) -> int:
 
     a = ap.parse_args(argv)
     if a.cmd == "reproduce":
-        from .grid import REPO_ROOT, run_pipeline
+        from mmfragile.grid import REPO_ROOT, run_pipeline
 
         run_pipeline(a.pipeline or REPO_ROOT / "notebooks" / "pipeline.yaml", profile=a.profile, only=a.only,
                      out_dir=a.out or REPO_ROOT / "papermill_runs")
         if not a.only or any(o in "report" for o in a.only):  # the profile's fragility report (pipeline.yaml `report`)
-            from .report import report_for_profile
+            from mmfragile.report import report_for_profile
 
             report_for_profile(a.pipeline or REPO_ROOT / "notebooks" / "pipeline.yaml", profile=a.profile)
     elif a.cmd == "grid":
-        from .grid import run_grid
+        from mmfragile.grid import run_grid
 
         run_grid(a.notebook, _parse_params(a.param), out_dir=a.out)
     elif a.cmd == "formats":
-        from .prompts.formats import NoStandardFormat
-        from .schema import DataError
+        from mmfragile.studies.format_bias.prompts import NoStandardFormat
+        from mmfragile.schema import DataError
 
         try:
             return _formats(a)
@@ -194,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}{hint}", file=sys.stderr)
             return 2
     elif a.cmd == "promptception":
-        from .api import load_dataset
-        from .store import ResultStore
-        from .studies import promptception as pcs
+        from mmfragile.api import load_dataset
+        from mmfragile.store import ResultStore
+        from mmfragile.studies import promptception as pcs
 
         qs = pcs.select_questions(load_dataset(a.dataset), a.n)
         kind = pcs.resolve_model_kind(a.model, a.model_kind)
@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "judge":
         from pathlib import Path
 
-        from .data.judge_synthetic import make_judge_set
-        from .studies import judgebias as jb
+        from mmfragile.studies.judgebias.data import make_judge_set
+        from mmfragile.studies import judgebias as jb
 
         root = Path(a.out)
         samples = make_judge_set(a.n_samples, a.seed, root / "data")
@@ -232,20 +232,20 @@ def main(argv: list[str] | None = None) -> int:
                              lambda name: pairs_store)
             print(jb.parse_failure_table(prs, by=("judge", "experiment")).round(3).to_string(index=False))
     elif a.cmd == "merge":
-        from .store import merge_stores
+        from mmfragile.store import merge_stores
 
         report = merge_stores(a.store, a.sources, compact=not a.no_compact)
         print(report)
         return 0 if report.complete else 1
     elif a.cmd == "report":
-        from .report import build_report
+        from mmfragile.report import build_report
 
         rep = build_report(a.stores, a.out, n_boot=a.n_boot, seed=a.seed, level=a.level, title=a.title)
         print(f"{rep.html}\n{rep.markdown}\n{rep.json}")
         for n in rep.notes:
             print(f"note: {n}", file=sys.stderr)
         if a.screenshot:
-            from .report.browser import BrowserUnavailable, screenshot_page
+            from mmfragile.report.browser import BrowserUnavailable, screenshot_page
 
             try:
                 print(screenshot_page(rep.html, a.screenshot, height=a.screenshot_height))
@@ -253,9 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"no screenshot: {e}", file=sys.stderr)
                 return 1
     elif a.cmd == "prepare":
-        from .data.synthetic import make_synthetic_vqa
-        from .models.embedded import EMBEDDED_MODELS, embedded_model_path
-        from .models.zoo import ZOO_MODELS, zoo_model_path
+        from mmfragile.data.synthetic import make_synthetic_vqa
+        from mmfragile.models.embedded import EMBEDDED_MODELS, embedded_model_path
+        from mmfragile.models.zoo import ZOO_MODELS, zoo_model_path
 
         for name in EMBEDDED_MODELS:
             print(name, embedded_model_path(name))
@@ -268,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
 def _formats(a: argparse.Namespace) -> int:
     """``mmfragile formats``: load, run the grid's items into the store (one process, a --shard, or Ray
     --workers), print the table."""
-    from .api import load_dataset
-    from .store import ResultStore
-    from .studies import format_bias as fbs
+    from mmfragile.api import load_dataset
+    from mmfragile.store import ResultStore
+    from mmfragile.studies import format_bias as fbs
 
     qs = load_dataset(a.dataset, n=a.n, skip_bad_rows=a.skip_bad_rows)
     names = tuple(a.formats.split(",")) if a.formats else None
@@ -312,8 +312,8 @@ def _standard_option(a: argparse.Namespace, qs):
     """``--standard-format``: (questions, include_standard, store config entries). A name sets every
     question's ``standard_format`` column (read by :func:`mmfragile.evaluate.format_bias_items`) and is recorded
     in the store's config; without it, a dataset with no Table 5 format stops here, before a model is loaded."""
-    from .evaluate import STANDARD_FORMAT_COLUMN, standard_formats_for
-    from .prompts.formats import PromptFormat
+    from mmfragile.studies.format_bias.items import STANDARD_FORMAT_COLUMN, standard_formats_for
+    from mmfragile.studies.format_bias.prompts import PromptFormat
 
     value = (a.standard_format or "").strip()
     if value.lower() == "none":
@@ -333,11 +333,11 @@ def _standard_option(a: argparse.Namespace, qs):
 
 def _formats_budgeted(a: argparse.Namespace, qs, names, open_store) -> int:
     """``formats --budget``: a budgeted share of the grid in one process, then the estimate of the whole grid."""
-    from .api import load_model
-    from .budget import attach_outcomes, item_cells, run_budgeted
-    from .evaluate import format_bias_items
-    from .metrics.budget import FORMAT_BIAS, estimate
-    from .prompts.formats import PromptFormat
+    from mmfragile.api import load_model
+    from mmfragile.budget import attach_outcomes, item_cells, run_budgeted
+    from mmfragile.studies.format_bias.items import format_bias_items
+    from mmfragile.budget.estimator import FORMAT_BIAS, estimate
+    from mmfragile.studies.format_bias.prompts import PromptFormat
 
     if a.workers or a.shard:
         raise SystemExit("--budget chooses its cells over the whole grid: run it without --shard / --workers")

@@ -31,9 +31,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .faults import kill_point
-from .shards import Shard, question_group, shard_index, split
-from .store import ResultStore, _key_index, _key_strings
+from mmfragile.faults import kill_point
+from mmfragile.shards import Shard, question_group, shard_index, split
+from mmfragile.store import ResultStore, _key_index, _key_strings
 
 #: questions per task by default: small enough that a kill loses little, large enough to amortise dispatch
 GROUPS_PER_TASK = 8
@@ -102,7 +102,7 @@ class _Worker:
             import torch
 
             torch.set_num_threads(int(threads))
-        from .api import load_model
+        from mmfragile.api import load_model
 
         self.model = load_model(model_spec, **model_kwargs)
 

@@ -28,9 +28,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .models.adapters import EngineInexact
-from .models.base import Prompt
-from .models.hf import HFModel, left_pad
+from mmfragile.models.adapters import EngineInexact
+from mmfragile.models.base import Prompt
+from mmfragile.models.hf import HFModel, left_pad
 
 __all__ = ["PrefixSharingEngine", "EngineOutput", "EngineInexact", "engine_supported", "engine_refusal"]
 

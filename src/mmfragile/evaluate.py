@@ -7,26 +7,23 @@ rest in batches - through the prefix-sharing engine when the backend allows it, 
 ``generate`` - scores each raw output with ``score_fn`` and appends rows as it goes, so a killed run
 resumes where it stopped without losing or duplicating a row.
 
-Study 1 (format bias) items come from :func:`format_bias_items`.
+Study 1 (format bias) items come from :func:`mmfragile.studies.format_bias.items.format_bias_items`.
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .data.video import question_frames
-from .engine import EngineInexact, PrefixSharingEngine, engine_refusal
-from .models.base import MLLM, Prompt
-from .prompts.formats import (STANDARD_FORMATS, NoStandardFormat, PromptFormat, all_formats, build_mc_prompt,
-                              circular_shifts, score_exact_match)
-from .schema import DataError, MCQuestion, bad_row, options_in_image, row_where
-from .shards import Shard, question_group
-from .store import ResultStore
+from mmfragile.engine import EngineInexact, PrefixSharingEngine, engine_refusal
+from mmfragile.models.base import MLLM, Prompt
+from mmfragile.shards import Shard, question_group
+from mmfragile.store import ResultStore
+from mmfragile.studies.format_bias.prompts import score_exact_match
 
 
 @dataclass
@@ -148,150 +145,3 @@ def _chunks(items: Sequence[EvalItem], by_group: bool, batch_size: int) -> Itera
         grp = list(grp)
         for s in range(0, len(grp), batch_size):
             yield grp[s:s + batch_size]
-
-
-# ---------------------------------------------------------------------------------------------- study 1
-#: Question-table column naming a question's standard format (a format name; what ``--standard-format`` sets).
-STANDARD_FORMAT_COLUMN = "standard_format"
-
-StandardArg = PromptFormat | str | Mapping[str, PromptFormat | str] | None
-
-
-def _no_standard_hint() -> str:
-    example = PromptFormat().name
-    return (f"pass one: format_bias_items(..., standard={example!r}) (a format name or PromptFormat for all "
-            f"questions, or a {{dataset: format}} dict), or a {STANDARD_FORMAT_COLUMN!r} column of format names in "
-            "the question table (run_format_bias reads it too), or include_standard=False (format_bias_items, "
-            f"run_format_bias) to leave the standard variant out; command line: python -m mmfragile formats "
-            f"--standard-format {example} (or --standard-format none)")
-
-
-def _as_format(value: Any, what: str) -> PromptFormat:
-    if isinstance(value, PromptFormat):
-        return value
-    try:
-        return PromptFormat.from_name(str(value).strip())
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"{what}: {e}") from None
-
-
-def standard_formats_for(questions: pd.DataFrame, standard: StandardArg = None) -> list[PromptFormat | None]:
-    """The format of each question's ``standard`` variant: ``standard`` if given (one format - a
-    :class:`~mmfragile.prompts.formats.PromptFormat` or its name - for every question, or a mapping dataset ->
-    format, the datasets it does not name falling back to the rest of this list), else the question's
-    ``standard_format`` column (a format name) where it has one, else the dataset's Table 5 format
-    (:data:`~mmfragile.prompts.formats.STANDARD_FORMATS`). None for a question whose options are in the image
-    (refused later as a bad row). A dataset with none of these raises
-    :class:`~mmfragile.prompts.formats.NoStandardFormat` (a ``ValueError``) listing the known datasets and
-    naming what to pass - before any question is turned into items."""
-    fixed = per = None
-    if isinstance(standard, Mapping):
-        per = {str(k): _as_format(v, f"standard[{k!r}]") for k, v in standard.items()}
-    elif standard is not None:
-        fixed = _as_format(standard, "standard")
-    out: list[PromptFormat | None] = []
-    missing: list[str] = []
-    table5: dict[str, PromptFormat | None] = {}
-    for rec in questions.to_dict("records"):
-        ds = str(rec.get("dataset"))
-        cell = rec.get(STANDARD_FORMAT_COLUMN)
-        if options_in_image(rec):
-            out.append(None)
-        elif fixed is not None:
-            out.append(fixed)
-        elif per is not None and ds in per:
-            out.append(per[ds])
-        elif isinstance(cell, (str, PromptFormat)) and str(cell).strip():
-            out.append(_as_format(cell, f"{row_where(rec)}: column {STANDARD_FORMAT_COLUMN!r}"))
-        else:
-            if ds not in table5:
-                try:
-                    table5[ds] = STANDARD_FORMATS[ds]
-                except KeyError:
-                    table5[ds] = None
-                    missing.append(ds)
-            out.append(table5[ds])
-    if missing:
-        raise NoStandardFormat(missing, _no_standard_hint())
-    return out
-
-
-def format_bias_items(model: MLLM, questions: pd.DataFrame, formats: Sequence[PromptFormat] | None = None,
-                      circular: bool = True, instruction: str | None = "paper", include_standard: bool = True,
-                      system: str | None = None, n_frames: int | None = None, fps: float | None = None,
-                      video_bounds: bool = True, skipped: list[dict] | None = None,
-                      standard: StandardArg = None) -> list[EvalItem]:
-    """Items of the format-bias grid: every question x format x circular shift (Sec. 4.1).
-
-    ``formats`` defaults to the 48 of Table 1; ``include_standard`` adds the dataset's standard format
-    (Table 5) as variant ``standard`` (the reference prompt of the confidence analysis, Sec. 5.3).
-    ``max_new_tokens`` is the longest tokenized option ID of the format (Sec. A.4).
-
-    ``standard``: the standard format where Table 5 has none (a ``generic:`` file, a table with its own
-    dataset name) or another one - a format name / :class:`PromptFormat` for every question or a mapping
-    dataset -> format; a ``standard_format`` column of format names does the same per question
-    (:func:`standard_formats_for`). With ``include_standard`` and a dataset that has no standard format,
-    :class:`~mmfragile.prompts.formats.NoStandardFormat` (a ``ValueError``, not a skippable bad row) names
-    the datasets, the known ones and what to pass.
-
-    Video questions (the paper has none): a question whose ``images`` is one video file / frame folder
-    is shown as ``n_frames`` frames (or frames at ``fps``) from :func:`mmfragile.data.video.question_frames`,
-    inside the benchmark's own time window when ``video_bounds`` (MVBench's start/end); one of the two
-    must be given for such questions. A question whose options are in the image (MMMU-Pro vision) cannot
-    be put in a text prompt format and is refused.
-
-    A question that cannot be turned into items (more options than an ID set has, an unreadable video,
-    options in the image) raises :class:`~mmfragile.schema.DataError` naming its file and row - or, with a
-    ``skipped`` list, is appended to it as ``{"file", "row", "reason"}`` and left out."""
-    formats = list(formats) if formats is not None else all_formats()
-    standards = standard_formats_for(questions, standard) if include_standard else [None] * len(questions)
-    items: list[EvalItem] = []
-    id_len_cache: dict[tuple, int] = {}
-    for rec, std in zip(questions.to_dict("records"), standards):
-        q = MCQuestion.from_row(rec)
-        try:
-            new = _question_format_items(model, q, rec, formats, circular, instruction, std, system,
-                                         n_frames, fps, video_bounds, id_len_cache)
-        except DataError as e:
-            if skipped is None:
-                raise
-            skipped.append(bad_row(rec, e))
-            continue
-        items += new
-    # keep one group's items together and sorted by generation length so the engine sees whole groups
-    items.sort(key=lambda it: (it.group, it.max_new_tokens))
-    return items
-
-
-def _question_format_items(model, q, rec, formats, circular, instruction, standard, system, n_frames, fps,
-                           video_bounds, id_len_cache) -> list[EvalItem]:
-    where = row_where(rec)
-    if options_in_image(rec):
-        raise DataError(f"{where}: the options are in the image (MMMU-Pro vision setting); a prompt format "
-                        "cannot be applied to them")
-    images = list(q.images)
-    if q.modality == "video" and images:
-        images = question_frames(rec, n_frames=n_frames, fps=fps, use_bounds=video_bounds, require_budget=True)
-    out: list[EvalItem] = []
-    fmts = [(f, f.name) for f in formats]
-    if standard is not None:
-        fmts.append((standard, "standard"))
-    for fmt, fname in fmts:
-        for shift in (circular_shifts(len(q.options)) if circular else [0]):
-            try:
-                fp = build_mc_prompt(q, fmt, shift=shift, instruction=instruction)
-            except DataError as e:
-                raise DataError(f"{where}: {e}") from e
-            ids = tuple(fp.option_ids)
-            if ids not in id_len_cache:
-                id_len_cache[ids] = model.max_id_tokens(ids)
-            prompt = fp.to_prompt(system=system)
-            prompt.images = list(images)
-            out.append(EvalItem(
-                key={"dataset": q.dataset, "question_id": q.question_id, "variant": f"{fname}|s{shift}",
-                     "format": fname, "option_id_set": fmt.option_ids, "delimiter": fmt.delimiter,
-                     "separator": fmt.separator, "shift": shift, "n_options": len(q.options),
-                     "category": q.category, "modality": q.modality},
-                prompt=prompt, option_ids=list(fp.option_ids), answer_id=fp.answer_id,
-                max_new_tokens=id_len_cache[ids]))
-    return out

@@ -12,6 +12,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from mmfragile.data.images import pixel_limit_lifted
+from mmfragile.errors import DataError  # noqa: F401  (re-exported: the public name is mmfragile.schema.DataError)
+
 #: Columns of a question table, in order.
 QUESTION_COLUMNS = [
     "dataset",      # str: dataset name, e.g. "synthetic-vqa", "a-okvqa"
@@ -27,10 +30,6 @@ QUESTION_COLUMNS = [
 
 #: Files a video question may list as ready frames (anything else is a video file or a frame folder).
 _FRAME_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp"}
-
-
-class DataError(ValueError):
-    """Bad input data. The message always names the file and row that caused it."""
 
 
 @dataclass
@@ -120,8 +119,6 @@ def check_image(path: str | Path, where: str = "") -> None:
     also the chunk CRCs), never the pixels; PIL's decompression-bomb limit does not apply here (an 8K or
     larger image is valid input - its size is the model side's resize policy)."""
     from PIL import Image, UnidentifiedImageError
-
-    from .data.images import pixel_limit_lifted
 
     p = Path(path)
     prefix = f"{where}: " if where else ""

@@ -56,7 +56,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .faults import fail_point, kill_point
+from mmfragile.faults import fail_point, kill_point
 
 DEFAULT_KEY = ("model", "dataset", "question_id", "variant")
 #: Small parts are merged once ``COMPACT_FANOUT`` of them of similar size (same power of the fan-out) pile up.

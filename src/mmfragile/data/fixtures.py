@@ -288,7 +288,7 @@ def write_mvbench(root: str | Path, bad_rows: bool = False, per_task: int = 1) -
     SSv2 clips as WebM, NTU RGB+D as AVI, the STAR clips 4 s long for their start/end bounds) and TVQA as a
     folder of JPEG frames ``00001.jpg ...`` at 3 fps. The CLEVRER clips sit under ``video/data0613/`` as
     the HF zips unpack them."""
-    from .loaders import MVBENCH_TASKS
+    from mmfragile.data.loaders import MVBENCH_TASKS
 
     root = Path(root)
     (root / "json").mkdir(parents=True, exist_ok=True)

@@ -26,8 +26,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from ..paths import cache_dir
-from ..schema import DataError
+from mmfragile.paths import cache_dir
+from mmfragile.errors import DataError
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 #: VLMEvalKit's rule: an ``image`` cell of at most this many characters names another row's index.

@@ -104,9 +104,9 @@ from typing import Any, Callable, Iterator
 
 import pandas as pd
 
-from ..paths import cache_dir
-from ..schema import QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question
-from .images import REFERENCE_MAX_CHARS, _looks_like_path, check_image_bytes, decode_base64, image_field
+from mmfragile.paths import cache_dir
+from mmfragile.schema import QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question
+from mmfragile.data.images import REFERENCE_MAX_CHARS, _looks_like_path, check_image_bytes, decode_base64, image_field
 
 LETTERS = string.ascii_uppercase
 
@@ -956,8 +956,8 @@ def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: 
     text-only subsets), ``easy-vqa``, or ``<kind>:<path>`` for a benchmark release (kinds: see
     :data:`DATASET_KINDS` and the module docstring). ``skip_bad_rows``: leave bad rows out (listed in
     ``df.attrs["skipped_rows"]``) instead of raising :class:`DataError`."""
-    from .easyvqa import load_easy_vqa
-    from .synthetic import make_synthetic_vqa
+    from mmfragile.data.easyvqa import load_easy_vqa
+    from mmfragile.data.synthetic import make_synthetic_vqa
 
     if spec in ("synthetic-vqa", "synthetic"):
         df = make_synthetic_vqa(seed)

@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw
 
-from ..paths import cache_dir
-from ..schema import MCQuestion, questions_frame, validate_questions
+from mmfragile.paths import cache_dir
+from mmfragile.schema import MCQuestion, questions_frame, validate_questions
 
 COLOURS = {
     "red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (235, 210, 40),

@@ -22,9 +22,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..paths import cache_dir
-from ..schema import DataError
-from .images import IMAGE_EXTS
+from mmfragile.paths import cache_dir
+from mmfragile.schema import DataError
+from mmfragile.data.images import IMAGE_EXTS
 
 VIDEO_EXTS = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".flv", ".mpg", ".mpeg", ".wmv", ".3gp"}
 
@@ -243,7 +243,7 @@ def question_frames(rec: Mapping[str, Any], n_frames: int | None = None, fps: fl
     ``video_start``/``video_end`` window. Errors name the row (:func:`mmfragile.schema.row_where`).
     ``require_budget``: a video source with neither ``n_frames`` nor ``fps`` is an error (for studies whose
     protocol has no video, where keeping every frame would be a silent choice)."""
-    from ..schema import row_where
+    from mmfragile.schema import row_where
 
     images = list(rec.get("images") if rec.get("images") is not None else [])
     if require_budget and n_frames is None and fps is None and is_video_source(images):

@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ..schema import DataError
-from .base import IMAGE_MARKER, Prompt, split_interleaved, unnamed_images
+from mmfragile.schema import DataError
+from mmfragile.models.base import IMAGE_MARKER, Prompt, split_interleaved, unnamed_images
 
 
 class EngineInexact(ValueError):

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from .base import Prompt
+from mmfragile.models.base import Prompt
 
 ATOL = 1e-4  # float32 tolerance on logits and log-likelihoods between batched / single / engine runs
 
@@ -121,7 +121,7 @@ def engine_variants(images: list) -> list[Prompt]:
 
 
 def check_engine(model, max_new_tokens: int = 4) -> Check:
-    from ..engine import EngineInexact, PrefixSharingEngine
+    from mmfragile.engine import EngineInexact, PrefixSharingEngine
 
     try:
         engine = PrefixSharingEngine(model, batch_size=4)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from ..paths import cache_dir
-from .hf import HFModel
+from mmfragile.paths import cache_dir
+from mmfragile.models.hf import HFModel
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 IMAGE_TOKEN = "<image>"

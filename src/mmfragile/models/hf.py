@@ -15,8 +15,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..schema import DataError
-from .base import LogLik, MLLM, Prompt
+from mmfragile.schema import DataError
+from mmfragile.models.base import LogLik, MLLM, Prompt
 
 
 def load_image(img: Any, where: str = "prompt", max_pixels: int | None = None):
@@ -121,7 +121,7 @@ class HFModel(MLLM):
     rendering, processor inputs, per-token tensors) come from its :class:`~mmfragile.models.adapters.FamilyAdapter`."""
 
     def __init__(self, model, processor, name: str | None = None, batch_size: int = 8, max_pixels: int | None = None):
-        from .adapters import adapter_for
+        from mmfragile.models.adapters import adapter_for
 
         self.model = model.eval()
         self.processor = processor
@@ -155,7 +155,7 @@ class HFModel(MLLM):
         import transformers
         from transformers import AutoConfig
 
-        from .adapters import adapter_for
+        from mmfragile.models.adapters import adapter_for
 
         device = device or default_device()
         if dtype is None:

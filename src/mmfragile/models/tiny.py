@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from ..paths import cache_dir
+from mmfragile.paths import cache_dir
 
 #: hidden sizes of every tiny language / vision model (small, but with >1 head and >1 layer)
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -388,7 +388,7 @@ FAMILIES: dict[str, TinySpec] = {s.family: s for s in [
 
 def build_tiny(family: str, root: str | Path | None = None, force: bool = False) -> Path:
     """Folder of the tiny ``family`` checkpoint (built once into ``root`` or the cache, then reused)."""
-    from .embedded import _atomic_build
+    from mmfragile.models.embedded import _atomic_build
 
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose from {sorted(FAMILIES)}")

@@ -37,11 +37,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..paths import cache_dir
-from ..schema import DataError
-from .adapters import adapter_for
-from .base import LogLik, MLLM, Prompt
-from .hf import load_image
+from mmfragile.paths import cache_dir
+from mmfragile.schema import DataError
+from mmfragile.models.adapters import adapter_for
+from mmfragile.models.base import LogLik, MLLM, Prompt
+from mmfragile.models.hf import load_image
 
 #: vision configs whose vLLM module nests the encoder under ``vision_model.`` (CLIPVisionModel, SiglipVisionModel)
 _NESTED_VISION_TOWERS = {"clip_vision_model", "siglip_vision_model"}
@@ -118,7 +118,7 @@ def vllm_checkpoint(path: str | Path) -> Path:
     keyed by the source folder and its weight files' sizes and mtimes, so a changed checkpoint re-exports)."""
     from safetensors.torch import load_file, save_file
 
-    from .embedded import _atomic_build
+    from mmfragile.models.embedded import _atomic_build
 
     path = Path(path).resolve()
     if not needs_vllm_export(path):

@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..paths import cache_dir
-from .embedded import (GEMMA_VLM_CHAT_TEMPLATE, VLM_CHAT_TEMPLATE, _atomic_build, gemma3_path, image_processor_for,
+from mmfragile.paths import cache_dir
+from mmfragile.models.embedded import (GEMMA_VLM_CHAT_TEMPLATE, VLM_CHAT_TEMPLATE, _atomic_build, gemma3_path, image_processor_for,
                        save_llava, smollm2_path)
 
 #: one vision configuration for every zoo tower: 96 px (the synthetic images' size) in 16 px patches -> 36 tokens
@@ -115,7 +115,7 @@ def easy_vqa_caption(colour: str, shape: str) -> list[Piece]:
 
 def scene_caption(scene) -> list[Piece]:
     """Caption of a synthetic scene: the count, then every shape in reading order (top to bottom, left to right)."""
-    from ..data.synthetic import NUMBER_WORDS
+    from mmfragile.data.synthetic import NUMBER_WORDS
 
     objs = sorted(scene, key=lambda s: (s.y, s.x))
     n = len(objs)
@@ -186,7 +186,7 @@ def easy_vqa_tower_data(split: str) -> TowerData:
     """Every easy-VQA image of ``split`` whose shape and colour its questions state."""
     from PIL import Image
 
-    from ..data.easyvqa import image_attributes
+    from mmfragile.data.easyvqa import image_attributes
 
     attrs = image_attributes(split)
     keep = sorted((p, a) for p, a in attrs.items() if has_caption(a))
@@ -199,7 +199,7 @@ def easy_vqa_tower_data(split: str) -> TowerData:
 
 
 def synthetic_tower_data(scenes) -> TowerData:
-    from ..data.synthetic import render_scene
+    from mmfragile.data.synthetic import render_scene
 
     return TowerData(_preprocess([render_scene(sc) for sc in scenes]), [scene_caption(sc) for sc in scenes],
                      ["synthetic"] * len(scenes))
@@ -212,7 +212,7 @@ def _concat(parts: Sequence[TowerData]) -> TowerData:
 
 def training_data(n_synthetic: int = TRAIN["n_synthetic"]) -> TowerData:
     """easy-VQA train images + ``n_synthetic`` synthetic training scenes (never an evaluation scene)."""
-    from ..data.synthetic import training_scenes
+    from mmfragile.data.synthetic import training_scenes
 
     return _concat([easy_vqa_tower_data("train"), synthetic_tower_data([sc for _, sc in training_scenes(n_synthetic)])])
 
@@ -220,7 +220,7 @@ def training_data(n_synthetic: int = TRAIN["n_synthetic"]) -> TowerData:
 def evaluation_data(n_synthetic: int = 400) -> TowerData:
     """easy-VQA *test* images (labels from the test questions) + the first synthetic evaluation scenes (seed 0):
     held out from training, used only to measure the towers' attribute accuracy."""
-    from ..data.synthetic import IMAGE_KINDS, question_scene
+    from mmfragile.data.synthetic import IMAGE_KINDS, question_scene
 
     per_kind = -(-n_synthetic // len(IMAGE_KINDS))
     scenes = [question_scene(0, k, i) for i in range(per_kind) for k in IMAGE_KINDS][:n_synthetic]
@@ -368,7 +368,7 @@ def vision_accuracy(state: dict[str, torch.Tensor], lm_key: str, data: TowerData
 
 def caption_vocabulary(tokenizer) -> torch.Tensor:
     """Token ids of every word any caption can use (so decoding can confuse any colour with any other)."""
-    from ..data import easyvqa, synthetic
+    from mmfragile.data import easyvqa, synthetic
 
     words = {*(text for text, _ in OPENING), " a", " and", ",", ":", ".", " shape", " shapes", FILLER}
     words |= {f" {w}" for w in [*easyvqa.SHAPES, *easyvqa.image_colours(), *synthetic.SHAPES, *synthetic.COLOURS,
@@ -452,7 +452,7 @@ def zoo_model_path(name: str) -> Path:
 
 
 def load_zoo(name: str, **kwargs):
-    from .hf import HFModel
+    from mmfragile.models.hf import HFModel
 
     return HFModel.from_pretrained(zoo_model_path(name), name=name, **kwargs)
 
@@ -468,8 +468,9 @@ def mc_accuracy(model, questions: pd.DataFrame, store_dir: str | Path, progress:
     share of correct circular shifts (exact match of the raw output, uncovered = wrong), averaged over questions;
     ``chance`` = mean of 1 / options; ``halfway`` = :func:`halfway_score`; ``coverage`` over all items;
     ``by_category``: accuracy per question category (easy-VQA: colour / shape / yes/no)."""
-    from ..evaluate import format_bias_items, run_items
-    from ..store import ResultStore
+    from mmfragile.evaluate import run_items
+    from mmfragile.studies.format_bias.items import format_bias_items
+    from mmfragile.store import ResultStore
 
     items = format_bias_items(model, questions, formats=[], include_standard=True)
     store = ResultStore(store_dir, config={"study": "zoo-mc-accuracy", "model": model.name, "n": len(questions)})
@@ -533,7 +534,7 @@ def answer_training_prompts(questions: pd.DataFrame, eos: str, seed: int,
     48 formats of Table 1 drawn uniformly; a random circular shift; the paper's instruction (as
     :func:`~mmfragile.evaluate.format_bias_items` asks). Returns prompts, target texts (answer ID + end of turn)
     and the format names."""
-    from ..prompts.formats import all_formats, build_mc_prompt, standard_format
+    from mmfragile.studies.format_bias.prompts import all_formats, build_mc_prompt, standard_format
 
     fmts = all_formats()
     rng = np.random.default_rng(seed)
@@ -581,8 +582,8 @@ def train_answering(lm_key: str, snapshots: Sequence[int], steps: int = ANSWER["
     to ``on_snapshot`` as taken) and the run's record."""
     from tqdm.auto import tqdm
 
-    from ..data.easyvqa import image_attributes, load_easy_vqa
-    from .hf import HFModel
+    from mmfragile.data.easyvqa import image_attributes, load_easy_vqa
+    from mmfragile.models.hf import HFModel
 
     lm = LMS[lm_key]
     # any caption tower gives the LLaVA wrapper (processor, image token); its outputs are replaced by captions

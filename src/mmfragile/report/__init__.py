@@ -2,7 +2,7 @@
 
 :func:`build_report` reads result stores of any study (format bias, Promptception, MM-JudgeBias; a folder
 holding several stores counts as all of them), computes the numbers with the metric functions of
-:mod:`mmfragile.metrics` (bootstrap intervals over questions with a fixed seed, so a report is deterministic)
+the studies' metrics modules (bootstrap intervals over questions with a fixed seed, so a report is deterministic)
 and writes, beside each other:
 
 * ``report.html`` - self-contained: figures inline as base64 PNG, no script or style from the network, opens
@@ -16,7 +16,7 @@ to screenshot the page and read its DOM back.
 """
 from __future__ import annotations
 
-from .build import (DEFAULT_N_BOOT, DEFAULT_SEED, Report, build_report, collect_stores, metric_key,  # noqa: F401
+from mmfragile.report.build import (DEFAULT_N_BOOT, DEFAULT_SEED, Report, build_report, collect_stores, metric_key,  # noqa: F401
                     report_for_profile, variant_statistics)
 
 __all__ = ["build_report", "Report", "collect_stores", "metric_key", "variant_statistics", "report_for_profile",

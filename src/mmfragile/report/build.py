@@ -1,11 +1,11 @@
 """Compute and render the fragility report (see :mod:`mmfragile.report`).
 
-Numbers come from the metric functions - :func:`mmfragile.metrics.formatbias.format_scores`,
-:func:`~mmfragile.metrics.formatbias.coverage_by_factor`, :func:`~mmfragile.metrics.formatbias.format_ranks`,
-:func:`~mmfragile.metrics.formatbias.rank_distribution`, :func:`~mmfragile.metrics.formatbias.pseudo_gt`,
+Numbers come from the metric functions - :func:`mmfragile.studies.format_bias.metrics.format_scores`,
+:func:`~mmfragile.studies.format_bias.metrics.coverage_by_factor`, :func:`~mmfragile.studies.format_bias.metrics.format_ranks`,
+:func:`~mmfragile.studies.format_bias.metrics.rank_distribution`, :func:`~mmfragile.studies.format_bias.metrics.pseudo_gt`,
 :func:`mmfragile.studies.format_bias.fit_lmm_with_fallback`, :func:`mmfragile.studies.promptception.accuracy_frame`,
-:func:`~mmfragile.metrics.promptception.baseline_accuracy`, :func:`~mmfragile.metrics.promptception.trimmed_means`,
-:func:`mmfragile.metrics.judgebias.bias_scores`, :func:`mmfragile.studies.judgebias.parse_failure_table`,
+:func:`~mmfragile.studies.promptception.metrics.baseline_accuracy`, :func:`~mmfragile.studies.promptception.metrics.trimmed_means`,
+:func:`mmfragile.studies.judgebias.metrics.bias_scores`, :func:`mmfragile.studies.judgebias.parse_failure_table`,
 :func:`mmfragile.budget.estimate_store` - and only the intervals are added here: a percentile bootstrap that
 resamples *questions* (all circular shifts / prompts of a drawn question go together; one set of draws per
 model x dataset, shared by all its formats, and shared by all models of a dataset for the rank intervals), with
@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..store import ResultStore
+from mmfragile.store import ResultStore
 
 DEFAULT_N_BOOT = 1000
 DEFAULT_SEED = 0
@@ -381,9 +381,9 @@ def _ranking(doc: _Doc, sec: Section, kind: str, ds: str, per_model: dict[str, d
 # ================================================================================================ study 1
 def _format_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int, level: float,
                     budget_draws: int) -> tuple[Section | None, list[dict]]:
-    from ..metrics import formatbias as fb
-    from ..plots import formatbias as fbp
-    from ..studies import format_bias as fbs
+    from mmfragile.studies.format_bias import metrics as fb
+    from mmfragile.studies.format_bias import plots as fbp
+    from mmfragile.studies import format_bias as fbs
 
     raw = _read(stores)
     if raw.empty:
@@ -544,9 +544,9 @@ def _format_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int
 # ================================================================================================ budgets
 def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind: str, unit: str, n_draws: int,
                   seed: int, how: list[dict]) -> None:
-    from ..budget import estimate_store
-    from ..metrics.budget import STATISTICS
-    from ..plots.budget import plot_unit_estimates
+    from mmfragile.budget import estimate_store
+    from mmfragile.budget.estimator import STATISTICS
+    from mmfragile.budget.plots import plot_unit_estimates
 
     try:
         est = estimate_store(rows.drop(columns=["_store"], errors="ignore"), study, level=BUDGET_LEVEL,
@@ -604,9 +604,9 @@ def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind:
 # ================================================================================================ study 2
 def _prompt_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int, level: float,
                     budget_draws: int) -> tuple[Section | None, list[dict]]:
-    from ..metrics import promptception as pm
-    from ..prompts.promptception import get_prompt_type
-    from ..studies import promptception as pcs
+    from mmfragile.studies.promptception import metrics as pm
+    from mmfragile.studies.promptception.prompts import get_prompt_type
+    from mmfragile.studies import promptception as pcs
 
     frames = []
     for st in stores:
@@ -747,8 +747,8 @@ def _supports(get_prompt_type, pid: str, modality: str) -> bool:
 # ================================================================================================ study 3
 def _judge_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int,
                    level: float) -> tuple[Section | None, list[dict]]:
-    from ..metrics import judgebias as jm
-    from ..studies import judgebias as jb
+    from mmfragile.studies.judgebias import metrics as jm
+    from mmfragile.studies import judgebias as jb
 
     score_stores = [s for s in stores if s.config.get("kind", "scores") != "pairwise"]
     pair_stores = [s for s in stores if s.config.get("kind") == "pairwise"]
@@ -1140,7 +1140,7 @@ def build_report(stores: Sequence[str | Path] | str | Path, out: str | Path, *, 
     ``stores``: store folders, or folders holding stores (any study; a results folder of several models counts as
     all of them). ``n_boot`` bootstrap draws over questions with ``seed`` (deterministic), ``level`` the interval
     coverage; ``budget_draws`` posterior draws for budgeted / incomplete grids."""
-    from .. import __version__
+    from mmfragile import __version__
 
     if isinstance(stores, (str, Path)):
         stores = [stores]
@@ -1195,7 +1195,7 @@ def report_for_profile(pipeline: str | Path, profile: str = "default", screensho
     for ``profile``: build it from the stores that exist (None if the profile has no entry or no store)."""
     import yaml
 
-    from ..grid import REPO_ROOT, _for_profile
+    from mmfragile.grid import REPO_ROOT, _for_profile
 
     spec = yaml.safe_load(Path(pipeline).read_text())
     entry = _for_profile(spec.get("report"), profile) if isinstance(spec, dict) else None
@@ -1210,7 +1210,7 @@ def report_for_profile(pipeline: str | Path, profile: str = "default", screensho
     print(f"report: {rep.html}")
     shot = entry.get("screenshot")
     if screenshot and shot:
-        from .browser import BrowserUnavailable, screenshot_page
+        from mmfragile.report.browser import BrowserUnavailable, screenshot_page
 
         try:
             screenshot_page(rep.html, root / shot, height=entry.get("screenshot_height", 2200))

@@ -1,5 +1,5 @@
 """Study 1 (prompt-format bias in MC-VQA) end to end: run the grid and CP-LN into result stores, read them
-back in the shape :mod:`mmfragile.metrics.formatbias` expects, and compare the mitigation methods as in Tab. 7.
+back in the shape :mod:`mmfragile.studies.format_bias.metrics` expects, and compare the mitigation methods as in Tab. 7.
 
 Paper: "Unexplored Flaws in Multiple-Choice VQA Evaluations" (seed ``format-bias-mcvqa``), Sec. 4-5, A.2-A.4,
 B.3, C. The notebooks ``30_format_bias_run`` (runs) and ``31``-``34`` (one per results section) are thin
@@ -16,7 +16,7 @@ Stores (each a resumable :class:`~mmfragile.store.ResultStore`):
 
 Column adapter (:func:`results_to_metrics_frame`): ``run_items`` stores ``option_ids`` = the option IDs shown
 (``["A", "B", "C"]``) and ``option_id_set`` = the ID-set level (``uppercase``); the metrics module calls the
-level ``option_ids`` (Tab. 1 factor name, shared with :mod:`mmfragile.prompts.formats`). The adapter renames
+level ``option_ids`` (Tab. 1 factor name, shared with :mod:`mmfragile.studies.format_bias.prompts`). The adapter renames
 ``option_ids -> option_labels`` and ``option_id_set -> option_ids``, adds ``answer_position`` (shown position
 of the correct option), ``answer_logit`` (the engine's logit of the correct option ID, Sec. 5.3) and
 ``is_standard``, and by default drops the ``standard`` rows: the standard format is also one of the 48 grid
@@ -24,19 +24,19 @@ formats, so keeping both would count it twice in every per-format aggregate.
 
 Mitigation inputs (Sec. 4.3, B.3; Tab. 7):
 
-* pseudo GT - mean accuracy over the 48 formats (:func:`mmfragile.metrics.formatbias.pseudo_gt`);
+* pseudo GT - mean accuracy over the 48 formats (:func:`mmfragile.studies.format_bias.metrics.pseudo_gt`);
 * vanilla - accuracy in the dataset's standard format (Tab. 5) under circular evaluation. This reproduces
   Tab. 7's vanilla column from the standard-format cells of Tabs. 8-12 (A-OKVQA: 5 of 7 models, e.g. Gemma-3
   78.079 -> 78.08; HRBench-4K: 5 of 7), although Tab. 7 prints N (not N x O) as its complexity;
 * PIA - Eq. 7 on the N x O standard-format rows (selected / correct *position*), N = distinct questions
-  (the default reading of :func:`mmfragile.metrics.mitigation.pia`);
+  (the default reading of :func:`mmfragile.studies.format_bias.mitigation.pia`);
 * PriDe - Eq. 8 on the standard format's option-ID logits (``option_logits``, stored by the engine path):
   the prior is estimated from all O circular shifts of the calibration questions, the test prediction uses
   the unshifted prompt (shift 0, complexity N as in Tab. 7). The paper calibrates on V*Bench's 4-option
   questions; here the default calibration set is the evaluated questions themselves (in-set calibration as in
   Zheng et al.'s PriDe), or pass ``calibration=`` (a metrics frame of other questions);
 * CP-LN - Eq. 9-10 on :meth:`MLLM.loglikelihood` of each option text after the cloze prompt
-  (:func:`mmfragile.prompts.formats.build_cloze_prompt`: the question alone, images included), normalised by
+  (:func:`mmfragile.studies.format_bias.prompts.build_cloze_prompt`: the question alone, images included), normalised by
   the option's token count.
 
 PIA and PriDe refuse datasets whose questions have different option counts (their ``ValueError`` names the
@@ -56,14 +56,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..data.loaders import run_info
-from ..metrics import formatbias as fb
-from ..metrics import mitigation as mit
-from ..models.base import MLLM
-from ..prompts.formats import PromptFormat, build_cloze_prompt, standard_format as prompt_standard_format
-from ..schema import DataError, MCQuestion
-from ..shards import Shard
-from ..store import ResultStore, find_stores
+from mmfragile.data.loaders import run_info
+from mmfragile.studies.format_bias import metrics as fb
+from mmfragile.studies.format_bias import mitigation as mit
+from mmfragile.models.base import MLLM
+from mmfragile.studies.format_bias.prompts import PromptFormat, build_cloze_prompt, standard_format as prompt_standard_format
+from mmfragile.schema import DataError, MCQuestion
+from mmfragile.shards import Shard
+from mmfragile.store import ResultStore, find_stores
 
 __all__ = [
     "STUDY", "CP_LN_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "video_settings", "run_info",
@@ -157,7 +157,8 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mo
     most - through :func:`mmfragile.budget.run_budgeted` into the same store (no standard-format rows);
     estimate the full grid with :func:`mmfragile.budget.estimate_store`. A budget covers the whole grid, so it
     takes no ``shard``."""
-    from ..evaluate import format_bias_items, run_items
+    from mmfragile.evaluate import run_items
+    from mmfragile.studies.format_bias.items import format_bias_items
 
     shard = Shard.parse(shard)
     if budget is not None and shard.count > 1:
@@ -173,8 +174,8 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mo
     todo_q = {it.key["question_id"] for it, p in zip(items, pending) if p}
     t0 = time.perf_counter()
     if budget is not None:
-        from ..budget import run_budgeted
-        from ..metrics.budget import FORMAT_BIAS
+        from mmfragile.budget import run_budgeted
+        from mmfragile.budget.estimator import FORMAT_BIAS
 
         res = run_budgeted(model, items, store, FORMAT_BIAS, budget, seed=budget_seed, adaptive=adaptive, mode=mode,
                            batch_size=batch_size, progress=progress)
@@ -231,8 +232,8 @@ def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, batch_qu
     skipped, recorded in the store's config.json (:func:`run_info`)."""
     from tqdm.auto import tqdm
 
-    from ..data.video import question_frames
-    from ..schema import bad_row
+    from mmfragile.data.video import question_frames
+    from mmfragile.schema import bad_row
 
     todo: list[tuple[MCQuestion, Any, int]] = []
     skipped: list[dict] | None = [] if skip_bad_rows else None
@@ -392,7 +393,7 @@ def reference_formats(pq: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
 
 def figure_note_for(models: Iterable[str]) -> str | None:
     """Footer for a figure over ``models``: the union of :func:`mmfragile.api.figure_note` of each."""
-    from ..api import figure_note
+    from mmfragile.api import figure_note
 
     notes = list(dict.fromkeys(n for n in (figure_note(str(m)) for m in models) if n))
     return "; ".join(notes) or None

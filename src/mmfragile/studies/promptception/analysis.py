@@ -1,14 +1,14 @@
 """Study 2 (Promptception) on any model: evaluation items, two-stage scoring, video frame sampling, and
-reading the result stores back into the accuracy frames of :mod:`mmfragile.metrics.promptception`.
+reading the result stores back into the accuracy frames of :mod:`mmfragile.studies.promptception.metrics`.
 
 Protocol (seed ``promptception``):
 
 * Sec. 2.1 / 3: every question is asked once per prompt type, zero-shot; the prompt of
-  :func:`mmfragile.prompts.promptception.render` is the whole user turn, the images (or video frames)
+  :func:`mmfragile.studies.promptception.prompts.render` is the whole user turn, the images (or video frames)
   come before it. The 61 prompt types are run by default - 59 on image / multi-image / text questions,
   61 on video questions (11.4 and 11.5 are video-only, Sec. 4.2.2). The catalog's ``"baseline"`` prompt
   (Fig. 3) is the same text as Type 1.1, so it is not run twice: the metrics take 1.1 as the baseline
-  (:func:`mmfragile.metrics.promptception.baseline_accuracy`); pass ``prompt_ids=[..., "baseline"]`` to
+  (:func:`mmfragile.studies.promptception.metrics.baseline_accuracy`); pass ``prompt_ids=[..., "baseline"]`` to
   run it explicitly anyway.
 * Generation is greedy with one ``max_new_tokens`` for every prompt (default 48: enough for the answer
   formats and a short rationale of the CoT / "explain" prompts, cheap enough for CPU runs; the paper does
@@ -34,13 +34,13 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..evaluate import EvalItem
-from ..extraction import extract_answer, is_refusal
-from ..models.base import MLLM
-from ..data.video import IMAGE_EXTS, VIDEO_EXTS, frame_indices, question_frames, sample_frames  # noqa: F401
-from ..prompts.promptception import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
-from ..schema import DataError, MCQuestion, bad_row, options_in_image, row_where
-from ..store import find_stores
+from mmfragile.evaluate import EvalItem
+from mmfragile.extraction import extract_answer, is_refusal
+from mmfragile.models.base import MLLM
+from mmfragile.data.video import IMAGE_EXTS, VIDEO_EXTS, frame_indices, question_frames, sample_frames  # noqa: F401
+from mmfragile.studies.promptception.prompts import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
+from mmfragile.schema import DataError, MCQuestion, bad_row, options_in_image, row_where
+from mmfragile.store import find_stores
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn",
@@ -205,7 +205,7 @@ def _extractor_model(spec: str | None, model: MLLM) -> MLLM | None:
     if spec == model.name:
         return model
     if spec not in _EXTRACTORS:
-        from ..api import load_model
+        from mmfragile.api import load_model
 
         _EXTRACTORS[spec] = load_model(spec)
     return _EXTRACTORS[spec]
@@ -230,8 +230,8 @@ class PromptceptionTask:
     progress: bool = False
 
     def __call__(self, model: MLLM, units: list[dict], store: Any, shard: Any) -> None:
-        from ..evaluate import run_items
-        from ..shards import Shard
+        from mmfragile.evaluate import run_items
+        from mmfragile.shards import Shard
 
         shard = Shard.parse(shard)
         questions = shard.questions(pd.DataFrame(units))
@@ -310,14 +310,14 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
 
 def accuracy_frame(per_question: pd.DataFrame, benchmark_by: str = "modality") -> pd.DataFrame:
     """Accuracy per (benchmark, model, prompt_id) from store rows, via
-    :func:`mmfragile.metrics.promptception.prompt_accuracy` (unresolved answers incorrect; refusals left out
+    :func:`mmfragile.studies.promptception.metrics.prompt_accuracy` (unresolved answers incorrect; refusals left out
     only for stores run with ``exclude_refusals``).
 
     ``benchmark_by="modality"`` splits a dataset that mixes modalities into one benchmark per modality,
     ``"<dataset>[<modality>]"`` - the paper's benchmarks are single-modality (MMStar image, MVBench video),
     so each gets its own prompt set (59 / 61) and baseline; ``"dataset"`` keeps one benchmark per dataset.
     """
-    from ..metrics.promptception import prompt_accuracy
+    from mmfragile.studies.promptception.metrics import prompt_accuracy
 
     if per_question.empty:
         raise DataError("accuracy_frame: no result rows")
@@ -337,7 +337,7 @@ def accuracy_frame(per_question: pd.DataFrame, benchmark_by: str = "modality") -
 
 def load_accuracy(source: str | Path, benchmark_by: str = "modality") -> pd.DataFrame:
     """``"published"`` -> the paper's Tables 6-8; otherwise a results folder -> :func:`accuracy_frame`."""
-    from ..metrics.promptception import load_published_accuracy
+    from mmfragile.studies.promptception.metrics import load_published_accuracy
 
     if str(source) == "published":
         return load_published_accuracy()
@@ -352,7 +352,7 @@ def split_zero_baselines(acc: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]
 
     PRA (Eq. 2) divides by the baseline accuracy, which is undefined at 0 - possible on the few-question
     embedded runs, never in the paper; such (benchmark, model) pairs are left out of the relative analyses."""
-    from ..metrics.promptception import baseline_accuracy
+    from mmfragile.studies.promptception.metrics import baseline_accuracy
 
     base = baseline_accuracy(acc)
     bad = base[~(base.baseline > 0)]
@@ -364,7 +364,7 @@ def split_zero_baselines(acc: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]
 def figure_note_for(models: Iterable[str]) -> str | None:
     """The footer for figures of these models: the notes of the embedded ones (random vision tower,
     text-only), joined; None when no embedded model is involved."""
-    from ..api import figure_note
+    from mmfragile.api import figure_note
 
     notes = list(dict.fromkeys(n for n in (figure_note(str(m)) for m in models) if n))
     return "; ".join(notes) or None
@@ -373,7 +373,7 @@ def figure_note_for(models: Iterable[str]) -> str | None:
 def summarize_run(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Tables printed after a run: ``per_prompt`` (accuracy %, n, unresolved and refusals per prompt),
     ``stages`` (extraction-stage counts per modality) and ``per_modality`` (accuracy per modality)."""
-    from ..metrics.promptception import prompt_sort_key
+    from mmfragile.studies.promptception.metrics import prompt_sort_key
 
     df = rows.copy()
     df["unresolved"] = ~df.covered.astype(bool)

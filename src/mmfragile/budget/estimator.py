@@ -41,7 +41,7 @@ Method - PromptEval (Maia Polo et al., "Efficient multi-prompt evaluation of LLM
 Cell frames (input of everything here) have one row per cell of the *complete* grid of one or more models:
 ``model`` (optional), ``question``, the spec's ``unit`` column (``format`` / ``prompt_id``), the term columns,
 and ``correct`` (1 / 0, NaN = not observed). Builders: :mod:`mmfragile.budget` (from evaluation items and
-stores) and :mod:`mmfragile.metrics.budget_validation` (complete grids, simulations from published tables).
+stores) and :mod:`mmfragile.budget.validation` (complete grids, simulations from published tables).
 """
 from __future__ import annotations
 

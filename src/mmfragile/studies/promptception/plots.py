@@ -1,7 +1,7 @@
 """Figures of the Promptception study (Figs. 4, 5/6, 9/10, 11, 12, 23 of the paper).
 
 Every function takes the DataFrame produced by the matching function of
-:mod:`mmfragile.metrics.promptception` and returns a matplotlib Figure (Agg backend, nothing shown).
+:mod:`mmfragile.studies.promptception.metrics` and returns a matplotlib Figure (Agg backend, nothing shown).
 ``note`` is stamped as a small grey footer (used to mark figures made with the random-weight model).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from mmfragile.metrics.promptception import (  # noqa: E402
+from mmfragile.studies.promptception.metrics import (  # noqa: E402
 
     CATEGORY_NAMES,
     MODELS,
@@ -25,7 +25,7 @@ from mmfragile.metrics.promptception import (  # noqa: E402
     prompt_category,
     prompt_sort_key,
 )
-from mmfragile.plots import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
+from mmfragile.figures import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
 
 
 def _category_colors() -> dict[int, tuple]:

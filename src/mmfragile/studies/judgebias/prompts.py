@@ -33,7 +33,7 @@ Parsers
 :func:`parse_score`, :func:`parse_score_or_na` and :func:`parse_pairwise` extract the final verdict
 and raise :class:`ScoreParseError` (quoting the offending text) when there is none, it is out of
 range, non-integer or ambiguous - never a silent default.  Unparseable judgments are counted
-separately by the metrics (:mod:`mmfragile.metrics.judgebias`).
+separately by the metrics (:mod:`mmfragile.studies.judgebias.metrics`).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Everything is drawn from one ``numpy`` Generator, so a seed fixes the set byte f
 either of two shapes:
 
 * **flat** - one judged item per record (what :func:`make_judge_set` and
-  :func:`mmfragile.perturbations.save_perturbed` write)::
+  :func:`mmfragile.studies.judgebias.perturbations.save_perturbed` write)::
 
       {"sample_id": "...", "query": "...", "images": ["rel/or/abs.png"], "response": "...",
        "gold_score": 9, "meta": {...}}
@@ -39,10 +39,13 @@ list of those. Bad input raises :class:`~mmfragile.schema.DataError` naming the 
 from __future__ import annotations
 
 import base64
+import copy
+import hashlib
 import binascii
 import io
 import json
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -50,7 +53,6 @@ import numpy as np
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from mmfragile.data.images import store_image_bytes
-from mmfragile.perturbations import UNPERTURBED, JudgeSample, image_sha256
 from mmfragile.schema import DataError, check_image
 
 __all__ = ["make_judge_set", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS",
@@ -77,6 +79,100 @@ BACKGROUNDS: dict[str, tuple[int, int, int]] = {
     "pale blue": (215, 230, 245),
 }
 _WORDS = ("banana", "window", "river", "elephant", "pencil", "mountain", "orchestra", "galaxy", "kitchen", "lantern")
+
+
+#: ``meta["perturbation"]`` of an unbiased sample (the label the study-3 metrics use).
+UNPERTURBED = "original"
+
+# --------------------------------------------------------------------------------------------
+# The shared sample type
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class JudgeSample:
+    """One item to be judged: query, image(s), candidate response.
+
+    ``images`` holds PIL images (empty for a text-only item). ``gold_score`` is an optional
+    reference score (the synthetic set uses 9 for a correct and 2 for a wrong response; the real
+    MM-JudgeBias data has none - its BD/BC compare the judge's own unbiased vs biased scores).
+    ``meta`` is free-form; conventions used across mmfragile:
+
+    * ``perturbation``: :data:`UNPERTURBED` (``"original"``, the label the study-3 metrics use
+      for the unbiased triplet) for an unbiased item, else a :data:`PERTURBATIONS` name;
+    * ``operations``: list of dicts recording what a perturbation did (``op`` + parameters);
+    * ``item_id``: samples sharing it come from the same source item (same query and image,
+      different responses); misalignment never draws a replacement from the same item;
+    * ``image_paths``: where the images were loaded from (see :meth:`load_images`).
+
+    A perturbed sample keeps the ``sample_id`` of its source, so ``(sample_id,
+    meta["perturbation"])`` pairs each biased sample with its unbiased one.
+    """
+
+    sample_id: str
+    query: str
+    images: list = field(default_factory=list)
+    response: str = ""
+    gold_score: float | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def image(self) -> Image.Image | None:
+        """The first image, or None for a text-only sample."""
+        return self.images[0] if self.images else None
+
+    @property
+    def is_text_only(self) -> bool:
+        return len(self.images) == 0
+
+    @property
+    def perturbation(self) -> str:
+        return str(self.meta.get("perturbation", UNPERTURBED))
+
+    def copy(self) -> "JudgeSample":
+        """A deep copy (images copied pixel for pixel, meta deep-copied)."""
+        return JudgeSample(
+            sample_id=self.sample_id,
+            query=self.query,
+            images=[_copy_image(im) for im in self.images],
+            response=self.response,
+            gold_score=self.gold_score,
+            meta=copy.deepcopy(self.meta),
+        )
+
+    def load_images(self) -> "JudgeSample":
+        """A copy whose ``images`` are read from ``meta["image_paths"]`` (for samples loaded lazily)."""
+        out = self.copy()
+        if out.images:
+            return out
+        out.images = [_open_image(p) for p in self.meta.get("image_paths", [])]
+        return out
+
+
+def _copy_image(im: Any) -> Any:
+    return im.copy() if isinstance(im, Image.Image) else im
+
+
+def _open_image(path: str | Path) -> Image.Image:
+    with Image.open(path) as im:
+        im.load()
+        return im.copy()
+
+
+def _as_pil(im: Any) -> Image.Image:
+    if isinstance(im, Image.Image):
+        return im
+    if isinstance(im, (str, Path)):
+        return _open_image(im)
+    raise TypeError(f"expected a PIL image or an image path, got {type(im).__name__}")
+
+
+def image_sha256(im: Image.Image) -> str:
+    """SHA-256 of an image's mode, size and raw pixels (format independent)."""
+    h = hashlib.sha256()
+    h.update(f"{im.mode}|{im.size[0]}x{im.size[1]}|".encode())
+    h.update(im.tobytes())
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Figures for Study 1 (prompt-format bias in multiple-choice VQA), after Figs. 3-8 and 10-15 of the paper.
 
-Every function takes a tidy DataFrame produced by :mod:`mmfragile.metrics.formatbias`, returns a
+Every function takes a tidy DataFrame produced by :mod:`mmfragile.studies.format_bias.metrics`, returns a
 matplotlib :class:`~matplotlib.figure.Figure` (Agg backend, nothing is shown) and accepts ``note``, a
 small footer stamped on the figure (e.g. "random-weight embedded model - not a real result").
 """
@@ -18,11 +18,11 @@ import seaborn as sns  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from mmfragile.metrics.formatbias import (  # noqa: E402
+from mmfragile.studies.format_bias.metrics import (  # noqa: E402
 
     CONFIDENCE_BINS, DATASETS, FACTOR_LABELS, FACTORS, LEVEL_LABELS, LEVELS, METHOD_LABELS, MODELS,
 )
-from mmfragile.plots import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
+from mmfragile.figures import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
 
 __all__ = [
     "plot_rank_distribution", "plot_format_accuracy_ci", "plot_deviation_heatmap", "plot_coverage_heatmap", "plot_lmm_coefficients",
@@ -134,7 +134,7 @@ def plot_rank_distribution(ranks: pd.DataFrame, note: str | None = None, include
     ``include_ideal`` adds the paper's "ideal evaluation" panel in which every model keeps one rank.
 
     Args:
-        ranks: output of :func:`mmfragile.metrics.formatbias.format_ranks` (``dataset, model, rank``).
+        ranks: output of :func:`mmfragile.studies.format_bias.metrics.format_ranks` (``dataset, model, rank``).
     """
     r = ranks.dropna(subset=["rank"]).copy()
     r["rank"] = r["rank"].astype(float)
@@ -180,7 +180,7 @@ def plot_format_accuracy_ci(ci: pd.DataFrame, note: str | None = None, title: st
     overlapping intervals show where two formats (or two models) cannot be told apart.
 
     Args:
-        ci: output of :func:`mmfragile.metrics.formatbias.format_accuracy_ci`.
+        ci: output of :func:`mmfragile.studies.format_bias.metrics.format_accuracy_ci`.
     """
     ds_list = _ordered(ci["dataset"], DATASETS)
     models = _ordered(ci["model"], MODELS)

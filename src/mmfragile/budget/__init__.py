@@ -1,15 +1,15 @@
 """Budgeted runs: evaluate a seeded subset of a study's (question, variant) grid into the study's own resumable
-store, and estimate the whole grid's accuracy distribution from it (:mod:`mmfragile.metrics.budget`).
+store, and estimate the whole grid's accuracy distribution from it (:mod:`mmfragile.budget.estimator`).
 
 * :func:`item_cells` - the cell frame of a list of :class:`~mmfragile.evaluate.EvalItem` (one row per item,
   outcome missing), :func:`attach_outcomes` - the outcomes a store already holds.
 * :func:`select_items` - the stratified design: the first ``budget`` share of a seeded sequence balanced over
-  variants, questions and shifts (:func:`~mmfragile.metrics.budget.stratified_order`); budgets nest, so
+  variants, questions and shifts (:func:`~mmfragile.budget.estimator.stratified_order`); budgets nest, so
   ``--budget 0.02`` then ``--budget 0.05`` only runs the difference.
 * :func:`run_budgeted` - runs the design through :func:`~mmfragile.evaluate.run_items` into the same store a full
   run uses (the budget is not part of the store config: a later full run completes the same store). With
   ``adaptive=True`` it runs the stratified design for ``initial`` of the budget, then batches chosen by
-  :func:`~mmfragile.metrics.budget.adaptive_batch` from what the store holds - a deterministic function of the
+  :func:`~mmfragile.budget.estimator.adaptive_batch` from what the store holds - a deterministic function of the
   stored outcomes and the seed, so a killed run resumes with the same choices for the same store contents.
 * :func:`format_bias_cells` / :func:`promptception_cells` - the complete cell frame of a study from store rows
   alone (for analyses that have a store but not the model), outcomes attached where observed.
@@ -21,12 +21,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .evaluate import EvalItem, ScoreFn, exact_match_score, run_items
-from .metrics.budget import (FORMAT_BIAS, PROMPTCEPTION, GridSpec, adaptive_batch, budget_size, estimate,
+from mmfragile.evaluate import EvalItem, ScoreFn, exact_match_score, run_items
+from mmfragile.budget.estimator import (FORMAT_BIAS, PROMPTCEPTION, GridSpec, adaptive_batch, budget_size, estimate,
                              stratified_order)
-from .models.base import MLLM
-from .schema import DataError
-from .store import ResultStore
+from mmfragile.models.base import MLLM
+from mmfragile.schema import DataError
+from mmfragile.store import ResultStore
 
 __all__ = ["KEY", "spec_for", "item_cells", "attach_outcomes", "select_items", "run_budgeted",
            "format_bias_cells", "promptception_cells", "estimate_store"]
@@ -102,7 +102,7 @@ def run_budgeted(model: MLLM, items: Sequence[EvalItem], store: ResultStore, spe
 
     Stratified (default): the first ``budget`` of :func:`select_items`' sequence. Adaptive: the stratified
     prefix for ``initial`` x budget (at least one cell per variant), then batches of ``batch`` cells (default:
-    a tenth of the remaining budget) picked by :func:`~mmfragile.metrics.budget.adaptive_batch` on the outcomes
+    a tenth of the remaining budget) picked by :func:`~mmfragile.budget.estimator.adaptive_batch` on the outcomes
     in the store, until the store holds ``budget`` cells of this grid. ``run_kw`` go to :func:`run_items`."""
     cells = item_cells(items, spec)
     n = budget_size(len(cells), budget)
@@ -151,7 +151,7 @@ def format_bias_cells(rows: pd.DataFrame, formats: Sequence[str] | None = None) 
     """The complete 48-format x circular-shift grid of every (model, question) in format-bias store rows (the
     ``standard`` variant left out), with ``correct`` where the store has the cell. A question's grid is rebuilt
     from any one of its rows (option count, shift and shown answer position give the canonical answer)."""
-    from .prompts.formats import PromptFormat, all_formats
+    from mmfragile.studies.format_bias.prompts import PromptFormat, all_formats
 
     r = rows[rows["format"].astype(str) != "standard"] if "format" in rows.columns else rows
     r = _rows_with_position(r, "format_bias_cells")
@@ -175,7 +175,7 @@ def promptception_cells(rows: pd.DataFrame, prompt_ids: Sequence[str] | None = N
     """The complete question x prompt grid of every (model, question) in Promptception store rows - the
     catalog's prompts that support the question's modality (59 / 61), or ``prompt_ids`` - with ``correct`` where
     the store has the cell. ``answer_position`` is the correct letter's index."""
-    from .prompts.promptception import get_prompt_type, prompt_ids as catalog_ids
+    from mmfragile.studies.promptception.prompts import get_prompt_type, prompt_ids as catalog_ids
 
     r = _rows_with_position(rows, "promptception_cells")
     pids = [str(p) for p in (prompt_ids or catalog_ids(include_baseline=False))]
@@ -196,6 +196,6 @@ def promptception_cells(rows: pd.DataFrame, prompt_ids: Sequence[str] | None = N
 
 
 def estimate_store(rows: pd.DataFrame, study: str, **kw: Any):
-    """:func:`~mmfragile.metrics.budget.estimate` on the complete grid rebuilt from a study's store rows."""
+    """:func:`~mmfragile.budget.estimator.estimate` on the complete grid rebuilt from a study's store rows."""
     cells = format_bias_cells(rows) if study == FORMAT_BIAS.name else promptception_cells(rows)
     return estimate(cells, spec_for(study), **kw)

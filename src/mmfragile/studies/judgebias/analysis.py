@@ -3,9 +3,9 @@
 Pipeline (Sec. 3-4 of the seed):
 
 1. :func:`build_judge_conditions` - every unbiased sample plus its biased counterparts under the nine
-   perturbations of Table 1 (:mod:`mmfragile.perturbations`), with an audit copy of every judged
+   perturbations of Table 1 (:mod:`mmfragile.studies.judgebias.perturbations`), with an audit copy of every judged
    input (PNG + JSON sidecar) and a manifest.
-2. :func:`run_judge` - the score-wise judgment (App. E, Fig. 11 prompt, :func:`~mmfragile.prompts.judge.score_prompt`)
+2. :func:`run_judge` - the score-wise judgment (App. E, Fig. 11 prompt, :func:`~mmfragile.studies.judgebias.prompts.score_prompt`)
    of every condition, ``runs`` times, into a resumable :class:`~mmfragile.store.ResultStore`; raw output,
    parsed score and - for an unparseable output - ``score = NaN``, ``status = "unparseable"`` and the
    parser's reason in ``parse_error`` (counted in the returned :class:`JudgeRunReport`, never defaulted).
@@ -14,9 +14,9 @@ Pipeline (Sec. 3-4 of the seed):
 4. Self-enhancement (Sec. 4.3, App. H: "auditing the logs from our main experiments" - i.e. *pointwise*
    scores grouped by the model that wrote the response): :func:`generate_responses` has each generator
    (the judge itself and other models) answer the unbiased queries, :func:`run_judge` scores them; the
-   ``generator`` column feeds :func:`mmfragile.metrics.judgebias.self_enhancement`.
+   ``generator`` column feeds :func:`mmfragile.studies.judgebias.metrics.self_enhancement`.
 5. :func:`judgment_table`, :func:`position_table`, :func:`verbosity_table`, :func:`selfgen_table` turn the
-   stored rows into the tables of :mod:`mmfragile.metrics.judgebias`.
+   stored rows into the tables of :mod:`mmfragile.studies.judgebias.metrics`.
 
 What a *run* is
 ---------------
@@ -45,7 +45,7 @@ Stand-ins for the paper's model-dependent steps (all recorded in the audit sidec
 captions come from the synthetic scene's ground-truth facts (:func:`scene_captioner`) unless a
 ``captioner`` is given - an accurate, aligned description as the paper intends (GPT-5.1 captions);
 captioning with the embedded VLM would describe noise, its vision tower being random. Texture-Insertion
-keywords use :func:`~mmfragile.perturbations.heuristic_keyword`; Unnecessary-Image uses no relevance
+keywords use :func:`~mmfragile.studies.judgebias.perturbations.heuristic_keyword`; Unnecessary-Image uses no relevance
 filter (the synthetic arithmetic/word items and shape scenes are unrelated by construction).
 """
 from __future__ import annotations
@@ -62,14 +62,14 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..metrics.judgebias import PERTURBATIONS
-from ..models.base import MLLM, Prompt
-from ..perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_perturbation,
+from mmfragile.studies.judgebias.metrics import PERTURBATIONS
+from mmfragile.models.base import MLLM, Prompt
+from mmfragile.studies.judgebias.perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_perturbation,
                              save_perturbed)
-from ..prompts.judge import (SCORE_VARIANTS, ScoreParseError, pairwise_prompt, parse_pairwise, parse_score,
+from mmfragile.studies.judgebias.prompts import (SCORE_VARIANTS, ScoreParseError, pairwise_prompt, parse_pairwise, parse_score,
                              parse_score_or_na, score_prompt)
-from ..shards import Shard, question_group
-from ..store import ResultStore
+from mmfragile.shards import Shard, question_group
+from mmfragile.store import ResultStore
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "DATASET", "SELFGEN_DATASET", "EXPERIMENTS",
@@ -114,7 +114,7 @@ _COLS = ("left", "centre", "right")
 
 def scene_description(meta: Mapping[str, Any], size: tuple[int, int]) -> str:
     """A detailed, accurate description of a synthetic scene from its ground-truth facts
-    (:func:`mmfragile.data.judge_synthetic.make_judge_set` metadata): background and every shape with
+    (:func:`mmfragile.studies.judgebias.data.make_judge_set` metadata): background and every shape with
     colour and position (3x3 grid), in drawing order."""
     objs = list(meta.get("objects") or [])
     if not objs:
@@ -134,7 +134,7 @@ def scene_description(meta: Mapping[str, Any], size: tuple[int, int]) -> str:
 
 
 def scene_captioner(sample: JudgeSample) -> Callable:
-    """``captioner(image) -> str`` for :func:`~mmfragile.perturbations.detail_description` that describes
+    """``captioner(image) -> str`` for :func:`~mmfragile.studies.judgebias.perturbations.detail_description` that describes
     ``sample``'s synthetic scene from its facts (the image only supplies the size)."""
 
     def caption(img) -> str:
@@ -158,11 +158,11 @@ def build_judge_conditions(samples: Sequence[JudgeSample], perturbations: Iterab
     ``seed`` fixes every random draw (donors, visual operations, text source), ``pool`` (default
     ``samples``) supplies the misalignment / unnecessary-image donors. ``captioner(image) -> str`` is used
     for Detail-Description; without one, :func:`scene_captioner` describes synthetic scenes from their facts
-    (a sample without facts then raises). A :class:`~mmfragile.perturbations.PerturbationError` on an
+    (a sample without facts then raises). A :class:`~mmfragile.studies.judgebias.perturbations.PerturbationError` on an
     applicable pair (e.g. no donor) skips that pair with a warning and a ``status: "error"`` manifest line.
 
     With ``out_dir`` every judged input is written for audit by
-    :func:`~mmfragile.perturbations.save_perturbed` to ``out_dir/<condition>/<sample_id>__<condition>.{png,json}``
+    :func:`~mmfragile.studies.judgebias.perturbations.save_perturbed` to ``out_dir/<condition>/<sample_id>__<condition>.{png,json}``
     and listed in ``out_dir/manifest.jsonl`` (condition, sample_id, json path, status, reason).
     """
     perts = [p for p in dict.fromkeys(str(p) for p in perturbations) if p != UNPERTURBED]
@@ -220,11 +220,11 @@ def build_judge_conditions(samples: Sequence[JudgeSample], perturbations: Iterab
 def release_conditions(samples: Sequence[JudgeSample],
                        perturbations: Iterable[str] = PERTURBATIONS) -> list[tuple[str, JudgeSample]]:
     """The MM-JudgeBias release's own triplets as ``[(condition, sample), ...]``: for every released record
-    (:func:`mmfragile.data.judge_synthetic.load_judge_dir`, paired shape) ``("original", unbiased)`` and
+    (:func:`mmfragile.studies.judgebias.data.load_judge_dir`, paired shape) ``("original", unbiased)`` and
     ``(bias_type, biased)`` - the benchmark's fixed pairs (Sec. 3.4), no perturbation is regenerated.
     Records whose bias type is not in ``perturbations`` are left out; an unknown bias type is a
     :class:`~mmfragile.schema.DataError` naming the record's file and row."""
-    from ..schema import DataError
+    from mmfragile.schema import DataError
 
     wanted = [p for p in dict.fromkeys(str(p) for p in perturbations) if p != UNPERTURBED]
     unknown = [p for p in wanted if p not in PERTURBATIONS]
@@ -757,7 +757,7 @@ def main_rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
 
 def judgment_table(rows: pd.DataFrame | ResultStore, prompt_variant: str | None = "original", *,
                    dataset: str | None = "main", label_variant: bool = False) -> pd.DataFrame:
-    """Stored score rows -> the judgment table of :mod:`mmfragile.metrics.judgebias` (``judge, sample_id,
+    """Stored score rows -> the judgment table of :mod:`mmfragile.studies.judgebias.metrics` (``judge, sample_id,
     perturbation, run, score, status`` + ``prompt_variant, generator, kind, modality, gold_score``).
 
     ``prompt_variant`` filters one prompt variant (None: all - then use ``label_variant=True``, which makes
@@ -786,7 +786,7 @@ def judgment_table(rows: pd.DataFrame | ResultStore, prompt_variant: str | None 
 
 def selfgen_table(rows: pd.DataFrame | ResultStore, prompt_variant: str = "original") -> pd.DataFrame:
     """The self-enhancement judgments (datasets ending in ``-selfgen``) with their ``generator`` column,
-    for :func:`~mmfragile.metrics.judgebias.self_enhancement` / ``score_by_generator``."""
+    for :func:`~mmfragile.studies.judgebias.metrics.self_enhancement` / ``score_by_generator``."""
     d = judgment_table(rows, prompt_variant, dataset=None)
     if d.empty:
         return d
@@ -807,13 +807,13 @@ def _pair_rows(rows: pd.DataFrame | ResultStore, experiment: str) -> pd.DataFram
 
 def position_table(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
     """Position-bias rows (``judge, sample_id, run, swapped, choice``) for
-    :func:`~mmfragile.metrics.judgebias.position_consistency`."""
+    :func:`~mmfragile.studies.judgebias.metrics.position_consistency`."""
     d = _pair_rows(rows, "position")
     return d.reindex(columns=["judge", "sample_id", "run", "swapped", "choice", "status"]).reset_index(drop=True)
 
 
 def verbosity_table(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
-    """Verbosity rows for :func:`~mmfragile.metrics.judgebias.verbosity_robustness`. The metric takes one
+    """Verbosity rows for :func:`~mmfragile.studies.judgebias.metrics.verbosity_robustness`. The metric takes one
     judgment per (sample, verbose position); with several runs each run is its own pseudo-sample
     (``sample_id = "<id>|run<r>"``), so ``both_orders_original`` is per (sample, run)."""
     d = _pair_rows(rows, "verbosity")

@@ -5,7 +5,7 @@ Paper: "Unexplored Flaws in Multiple-Choice VQA Evaluations" (seed ``format-bias
 is evaluated with circular evaluation (Sec. 4.2, B.3).
 
 All functions are pure functions on pandas DataFrames. The level names are shared with
-:mod:`mmfragile.prompts.formats`:
+:mod:`mmfragile.studies.format_bias.prompts`:
 
 * ``option_ids``: ``uppercase`` (A/B/C/D), ``lowercase`` (a/b/c/d), ``numbers`` (1/2/3/4), ``roman`` (I/II/III/IV)
 * ``delimiter``:  ``dot`` ("A."), ``colon`` ("A:"), ``bracket`` ("A)"), ``double_brackets`` ("(A)")
@@ -176,7 +176,7 @@ def exact_match_outcome(output: str, option_labels: Sequence[str], answer: int,
     if not strip:
         pos = labels.index(output) if output in labels else -1
         return pos == answer, pos >= 0, pos
-    from mmfragile.prompts.formats import score_exact_match  # the one scoring rule of the evaluation runs
+    from mmfragile.studies.format_bias.prompts import score_exact_match  # the one scoring rule of the evaluation runs
 
     covered, correct, pos = score_exact_match(output, labels, labels[answer])
     return correct, covered, pos

@@ -156,11 +156,11 @@ def scores_from_outputs(df: pd.DataFrame, column: str = "output", *, allow_na: b
                         scale: int = 10) -> pd.DataFrame:
     """Parse raw judge outputs (``column``) into ``score``/``status``/``parse_error`` columns.
 
-    Uses :func:`mmfragile.prompts.judge.parse_score` (or ``parse_score_or_na`` when ``allow_na``);
+    Uses :func:`mmfragile.studies.judgebias.prompts.parse_score` (or ``parse_score_or_na`` when ``allow_na``);
     failures become ``status="unparseable"`` with the reason kept in ``parse_error`` - counted,
     never defaulted.
     """
-    from mmfragile.prompts.judge import ScoreParseError, parse_score, parse_score_or_na
+    from mmfragile.studies.judgebias.prompts import ScoreParseError, parse_score, parse_score_or_na
 
     scores, status, errors = [], [], []
     for text in df[column]:

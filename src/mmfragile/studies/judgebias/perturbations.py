@@ -38,12 +38,10 @@ image-relevance filter, Table 11) are injected as callables; :func:`model_captio
 from __future__ import annotations
 
 import copy
-import hashlib
 import io
 import json
 import re
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -51,6 +49,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont, ImageOps
 
 from mmfragile.models.base import MLLM, Prompt
+from mmfragile.studies.judgebias.data import (UNPERTURBED, JudgeSample, _as_pil, image_sha256,
+                                              load_judge_dir)
 
 __all__ = [
     "JudgeSample",
@@ -85,99 +85,13 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------------------------
-# The shared sample type
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class JudgeSample:
-    """One item to be judged: query, image(s), candidate response.
-
-    ``images`` holds PIL images (empty for a text-only item). ``gold_score`` is an optional
-    reference score (the synthetic set uses 9 for a correct and 2 for a wrong response; the real
-    MM-JudgeBias data has none - its BD/BC compare the judge's own unbiased vs biased scores).
-    ``meta`` is free-form; conventions used across mmfragile:
-
-    * ``perturbation``: :data:`UNPERTURBED` (``"original"``, the label the study-3 metrics use
-      for the unbiased triplet) for an unbiased item, else a :data:`PERTURBATIONS` name;
-    * ``operations``: list of dicts recording what a perturbation did (``op`` + parameters);
-    * ``item_id``: samples sharing it come from the same source item (same query and image,
-      different responses); misalignment never draws a replacement from the same item;
-    * ``image_paths``: where the images were loaded from (see :meth:`load_images`).
-
-    A perturbed sample keeps the ``sample_id`` of its source, so ``(sample_id,
-    meta["perturbation"])`` pairs each biased sample with its unbiased one.
-    """
-
-    sample_id: str
-    query: str
-    images: list = field(default_factory=list)
-    response: str = ""
-    gold_score: float | None = None
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def image(self) -> Image.Image | None:
-        """The first image, or None for a text-only sample."""
-        return self.images[0] if self.images else None
-
-    @property
-    def is_text_only(self) -> bool:
-        return len(self.images) == 0
-
-    @property
-    def perturbation(self) -> str:
-        return str(self.meta.get("perturbation", UNPERTURBED))
-
-    def copy(self) -> "JudgeSample":
-        """A deep copy (images copied pixel for pixel, meta deep-copied)."""
-        return JudgeSample(
-            sample_id=self.sample_id,
-            query=self.query,
-            images=[_copy_image(im) for im in self.images],
-            response=self.response,
-            gold_score=self.gold_score,
-            meta=copy.deepcopy(self.meta),
-        )
-
-    def load_images(self) -> "JudgeSample":
-        """A copy whose ``images`` are read from ``meta["image_paths"]`` (for samples loaded lazily)."""
-        out = self.copy()
-        if out.images:
-            return out
-        out.images = [_open_image(p) for p in self.meta.get("image_paths", [])]
-        return out
-
-
 class PerturbationError(ValueError):
     """A perturbation cannot be applied to this sample (e.g. no image, no usable pool item)."""
-
-
-def _copy_image(im: Any) -> Any:
-    return im.copy() if isinstance(im, Image.Image) else im
-
-
-def _open_image(path: str | Path) -> Image.Image:
-    with Image.open(path) as im:
-        im.load()
-        return im.copy()
-
-
-def _as_pil(im: Any) -> Image.Image:
-    if isinstance(im, Image.Image):
-        return im
-    if isinstance(im, (str, Path)):
-        return _open_image(im)
-    raise TypeError(f"expected a PIL image or an image path, got {type(im).__name__}")
 
 
 # --------------------------------------------------------------------------------------------
 # Taxonomy, prompts
 # --------------------------------------------------------------------------------------------
-
-#: ``meta["perturbation"]`` of an unbiased sample (same label as ``metrics.judgebias.REFERENCE``).
-UNPERTURBED = "original"
 
 #: name -> dimension, metric and the column label the paper's tables use (Table 1, Table 2).
 PERTURBATION_INFO: dict[str, dict[str, str]] = {
@@ -225,14 +139,6 @@ def _rng(seed: int, sample: JudgeSample, name: str) -> np.random.Generator:
     sid = zlib.crc32(str(sample.sample_id).encode("utf-8"))
     nid = zlib.crc32(name.encode("utf-8"))
     return np.random.default_rng(np.random.SeedSequence([int(seed), sid, nid]))
-
-
-def image_sha256(im: Image.Image) -> str:
-    """SHA-256 of an image's mode, size and raw pixels (format independent)."""
-    h = hashlib.sha256()
-    h.update(f"{im.mode}|{im.size[0]}x{im.size[1]}|".encode())
-    h.update(im.tobytes())
-    return h.hexdigest()
 
 
 def _finish(sample: JudgeSample, out: JudgeSample, name: str, ops: list[dict], seed: int | None) -> JudgeSample:
@@ -904,7 +810,7 @@ def save_perturbed(sample: JudgeSample, out_dir: str | Path) -> Path:
     Files: ``<sample_id>__<perturbation>.png`` (``..._<i>.png`` per image when there are several)
     and ``<sample_id>__<perturbation>.json`` holding ``sample_id``, ``query``, ``response``,
     ``gold_score``, ``images`` (PNG file names relative to the sidecar), ``image_sha256`` and
-    ``meta``. The sidecar is a record :func:`mmfragile.data.judge_synthetic.load_judge_dir` (and
+    ``meta``. The sidecar is a record :func:`mmfragile.studies.judgebias.data.load_judge_dir` (and
     :func:`load_perturbed`) read back.
     """
     out_dir = Path(out_dir)
@@ -933,7 +839,5 @@ def save_perturbed(sample: JudgeSample, out_dir: str | Path) -> Path:
 
 def load_perturbed(path: str | Path) -> JudgeSample:
     """Read a sidecar written by :func:`save_perturbed` (images loaded, pixel hashes checked)."""
-    from mmfragile.data.judge_synthetic import load_judge_dir
-
     (s,) = load_judge_dir(path)
     return s

@@ -105,7 +105,7 @@ def pia(results: pd.DataFrame, dataset: str | None = None, n_options: int | None
     ``selected`` (chosen position, -1 if out of coverage), and ``n_options`` (or pass
     ``n_options``). Rows are typically the N x O circular-evaluation items of one format
     (Table 7: PIA complexity 4,580 = 1,145 x 4 on A-OKVQA), e.g. the output of
-    :func:`mmfragile.prompts.formats.score_outputs`.
+    :func:`mmfragile.studies.format_bias.prompts.score_outputs`.
 
     Ambiguity - what is N, "the number of questions"? Default: the number of distinct
     ``question_id`` (the unshifted questions, 1,145 on A-OKVQA). In circular evaluation

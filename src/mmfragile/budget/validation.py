@@ -1,4 +1,4 @@
-"""Validation of the budgeted estimates (:mod:`mmfragile.metrics.budget`) against ground truth.
+"""Validation of the budgeted estimates (:mod:`mmfragile.budget.estimator`) against ground truth.
 
 * :func:`error_curves` - on a *complete* per-question grid (every cell observed): hide all but a budget of
   cells (stratified or adaptive design, several seeds), estimate, and compare with the full grid: absolute
@@ -28,7 +28,7 @@ from scipy import stats as sps
 
 from mmfragile.schema import DataError
 
-from .budget import (FORMAT_BIAS, PROMPTCEPTION, STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
+from mmfragile.budget.estimator import (FORMAT_BIAS, PROMPTCEPTION, STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
                      stratified_order, summarize_units, unit_accuracy)
 
 __all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth", "hide", "design_mask", "error_curves", "summarize_curves", "simulate_format_grid",
@@ -100,8 +100,8 @@ def complete_grid(source: str, study: str = "format-bias", datasets: Sequence[st
                simulate_promptception_grid(benchmarks=datasets, max_items=max_items, seed=seed, **sim_kw))
         spec = simulation_spec(FORMAT_BIAS if fb else PROMPTCEPTION)
         return sim, spec, "simulated per-question outcomes matching the published per-variant accuracies"
-    from .. import budget as B
-    from ..store import find_stores
+    from mmfragile import budget as B
+    from mmfragile.store import find_stores
 
     stores = find_stores(source, study, default_study=study)
     if not stores:
@@ -323,7 +323,7 @@ def simulate_format_grid(published: pd.DataFrame | None = None, datasets: Sequen
     """Complete simulated grids for Tabs. 8-12 (see the module docstring for exactly what is simulated):
     a cell frame ``dataset, model, question, format, option_id_set, delimiter, separator, correct`` (the column
     names of the runs), one row per item x format x model."""
-    from . import formatbias as fb
+    from mmfragile.studies.format_bias import metrics as fb
 
     pub = fb.load_published_results() if published is None else published
     if datasets is not None:
@@ -343,7 +343,7 @@ def simulate_promptception_grid(published: pd.DataFrame | None = None, benchmark
     """Complete simulated grids for Promptception's Tables 6-8 (59 / 61 prompts x 10 models x 3 benchmarks):
     ``dataset`` (= benchmark), ``model, question, prompt_id, category, supercategory, intent, correct``.
     MVBench's GPT-4o / Gemini 1.5 Pro rows were measured on 100 videos: they get 100 items."""
-    from . import promptception as pc
+    from mmfragile.studies.promptception import metrics as pc
 
     pub = pc.load_published_accuracy() if published is None else published
     if benchmarks is not None:
@@ -371,7 +371,7 @@ def simulate_promptception_grid(published: pd.DataFrame | None = None, benchmark
 # ================================================================================================ report
 @dataclass
 class ValidationReport:
-    """What notebooks 35 / 42 show: ``detail`` (one budgeted :class:`~mmfragile.metrics.budget.BudgetEstimate`),
+    """What notebooks 35 / 42 show: ``detail`` (one budgeted :class:`~mmfragile.budget.estimator.BudgetEstimate`),
     ``detail_table`` (its statistics next to the full grid's), ``truth_units``, ``curves`` (:func:`error_curves`),
     ``summary`` (:func:`summarize_curves` by budget), ``at_detail`` (the errors at the detail budget: mean and max
     absolute error per statistic over grids and seeds), ``seconds`` (estimate of the detail design, and the curves)."""

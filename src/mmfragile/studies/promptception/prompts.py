@@ -67,7 +67,7 @@ import pandas as pd
 from mmfragile.models.base import Prompt
 from mmfragile.schema import DataError, MCQuestion
 
-CATALOG_PATH = Path(__file__).resolve().parents[1] / "resources" / "promptception_catalog.json"
+CATALOG_PATH = Path(__file__).resolve().parents[2] / "resources" / "promptception_catalog.json"
 
 BASELINE_ID = "baseline"
 MODALITIES = ("image", "multi-image", "video")

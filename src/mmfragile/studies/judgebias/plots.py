@@ -11,7 +11,7 @@
 * :func:`plot_position_verbosity` - Fig. 3 (position and verbosity robustness);
 * :func:`plot_self_enhancement` - Fig. 4 (mean score per response generator, self highlighted).
 
-Every plot takes a DataFrame from :mod:`mmfragile.metrics.judgebias` (or a published table),
+Every plot takes a DataFrame from :mod:`mmfragile.studies.judgebias.metrics` (or a published table),
 returns a matplotlib :class:`~matplotlib.figure.Figure` (Agg backend, nothing shown) and accepts
 ``note``, a small footer stamped on the figure.
 """
@@ -31,11 +31,11 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.transforms import offset_copy  # noqa: E402
 
-from mmfragile.metrics.judgebias import (  # noqa: E402
+from mmfragile.studies.judgebias.metrics import (  # noqa: E402
 
     AGGREGATE_COLUMNS, DIMENSION_OF, DIMENSIONS, METRIC_OF, PERTURBATIONS, SHORT_NAMES,
 )
-from mmfragile.plots import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
+from mmfragile.figures import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
 
 __all__ = [
     "table2_frame", "save_table2_csv", "plot_table2_heatmap", "plot_bias_heatmap", "plot_bias_bars",
@@ -62,7 +62,7 @@ def _wide(df: pd.DataFrame) -> pd.DataFrame:
     """Accept a wide table (judges x perturbations, e.g. :func:`reliability_table`,
     :func:`published_table2`) or the long :func:`bias_scores` output."""
     if {"judge", "perturbation", "value"} <= set(df.columns):
-        from mmfragile.metrics.judgebias import reliability_table
+        from mmfragile.studies.judgebias.metrics import reliability_table
 
         return reliability_table(df)
     return df
@@ -124,7 +124,7 @@ def plot_table2_heatmap(table: pd.DataFrame, *, note: str | None = None, title: 
     if not types:
         raise ValueError("plot_table2_heatmap: the table has none of the nine bias-type columns")
     if show_aggregates and not set(AGGREGATE_COLUMNS) <= set(t.columns):
-        from mmfragile.metrics.judgebias import aggregate_reliability
+        from mmfragile.studies.judgebias.metrics import aggregate_reliability
 
         t = pd.concat([t.drop(columns=[c for c in AGGREGATE_COLUMNS if c in t.columns]),
                        t[types].apply(aggregate_reliability, axis=1)], axis=1)
@@ -282,7 +282,7 @@ def plot_category_scores(table: pd.DataFrame, *, note: str | None = None, title:
     (e.g. :func:`reliability_table`) or long :func:`bias_scores`; aggregates are computed if absent."""
     t = _wide(table)
     if not set(AGGREGATE_COLUMNS) <= set(t.columns):
-        from mmfragile.metrics.judgebias import aggregate_reliability
+        from mmfragile.studies.judgebias.metrics import aggregate_reliability
 
         t = pd.concat([t, t.apply(aggregate_reliability, axis=1)], axis=1)
     long = (t[list(AGGREGATE_COLUMNS)].rename_axis("judge").reset_index()

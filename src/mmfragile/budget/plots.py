@@ -1,4 +1,4 @@
-"""Figures of the budgeted estimates (:mod:`mmfragile.metrics.budget`, :mod:`mmfragile.metrics.budget_validation`):
+"""Figures of the budgeted estimates (:mod:`mmfragile.budget.estimator`, :mod:`mmfragile.budget.validation`):
 error vs budget, per-quantile error, model calls saved, and one model's per-variant estimates with intervals."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mmfragile.metrics.budget import QUANTILES  # noqa: E402
-from mmfragile.plots import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
+from mmfragile.budget.estimator import QUANTILES  # noqa: E402
+from mmfragile.figures import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
 
 METHOD_STYLE = {"irt": dict(color="#C44E52", marker="o", label="IRT estimate (this toolkit)"),
                 "avg": dict(color="#4C72B0", marker="s", ls="--", label="per-variant average (PromptEval's 'avg')")}
@@ -25,7 +25,7 @@ def plot_error_curves(summary: pd.DataFrame, title: str = "", note: str | None =
                       targets: dict[str, float] | None = None):
     """2 x 2 panels over the budget (% of the grid): mean absolute error of the mean, of the quantiles (dashed:
     their worst case), Kendall tau of the model ranking per variant, and interval coverage. ``summary`` is
-    :func:`~mmfragile.metrics.budget_validation.summarize_curves` by budget; ``targets`` draws horizontal lines
+    :func:`~mmfragile.budget.validation.summarize_curves` by budget; ``targets`` draws horizontal lines
     (e.g. ``{"mean": 1, "quantile": 2}`` pp)."""
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     panels = [("mean_abs_err", "mean: |error| [pp]", "mean"), ("quantile_abs_err", "quantiles 5-95 %: |error| [pp]", "quantile"),
@@ -127,7 +127,7 @@ def plot_unit_estimates(units: pd.DataFrame, truth: pd.DataFrame | None, unit: s
 
 def save_report_figures(report, unit: str, out, title: str, note: str | None = None,
                         targets: dict[str, float] | None = None, dpi: int = 130) -> list:
-    """The figures of a :class:`~mmfragile.metrics.budget_validation.ValidationReport` under ``out``: error vs
+    """The figures of a :class:`~mmfragile.budget.validation.ValidationReport` under ``out``: error vs
     budget, per-quantile errors, model calls saved, and the first grid's per-variant estimates."""
     from pathlib import Path
 

@@ -9,7 +9,7 @@ same ``"paper"`` instruction), Table 5 (the standard format of each dataset; the
 list - HRBench-8K and the Promptception benchmarks - are inferred in :data:`INFERRED_STANDARD`), Sec. 4.2 / B.3 (circular evaluation), Sec. A.3 (exact-match accuracy
 and coverage) and Sec. A.4 (generation budget = longest tokenised option ID).
 
-Level names (shared with :mod:`mmfragile.metrics.formatbias`, do not rename):
+Level names (shared with :mod:`mmfragile.studies.format_bias.metrics`, do not rename):
 
 * option_ids: ``uppercase``, ``lowercase``, ``numbers``, ``roman``
 * delimiter:  ``dot``, ``colon``, ``bracket``, ``double_brackets``

@@ -1,0 +1,79 @@
+"""The package layout shows the architecture: no import cycles between mmfragile's modules (counting imports
+inside functions too), and the core never imports a study package."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import mmfragile
+
+ROOT = Path(mmfragile.__file__).parent
+#: the core: what every study runs on; studies import it, never the other way round
+CORE = ("schema", "store", "shards", "runner", "engine", "extraction", "faults", "paths", "figures", "models",
+        "data")
+
+
+def module_graph() -> dict[str, set[str]]:
+    """module -> the mmfragile modules it imports (``from pkg import sub`` counts as importing ``pkg.sub``)."""
+    names = {"mmfragile." + f.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__"): f
+             for f in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, f in names.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("mmfragile"):
+                subs = {f"{node.module}.{a.name}" for a in node.names} & names.keys()
+                deps |= subs or {node.module}
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{f}: relative import (use absolute mmfragile.* imports)")
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("mmfragile")}
+        graph[name] = {d for d in deps if d in names and d != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert cycles(module_graph()) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_core_imports_no_study():
+    graph = module_graph()
+    core = [m for m in graph if m.split(".")[1] in CORE]
+    bad = {m: sorted(d for d in graph[m] if d.startswith("mmfragile.studies")) for m in core}
+    assert {m: d for m, d in bad.items() if d} == {}
