@@ -80,7 +80,7 @@ def token_accounting(model, items) -> dict[str, int]:
 
 
 def run(model, items, batch_sizes, engine_batch, naive: bool) -> dict:
-    from mmfragile.evaluate import run_items
+    from mmfragile.runner import run_items
     from mmfragile.store import ResultStore
 
     model.generate([items[0].prompt], 1)  # warm-up (allocations, lazy init) outside every timing

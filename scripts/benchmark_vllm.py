@@ -1,7 +1,7 @@
 """Benchmark: vLLM (prefix caching on / off) beside the HF prefix-sharing engine and batched HF generate.
 
 Every backend evaluates the same format-bias items (48 formats + standard x circular shifts) through
-:func:`mmfragile.evaluate.run_items`, each in its own process (HF here, vLLM in the environment of
+:func:`mmfragile.runner.run_items`, each in its own process (HF here, vLLM in the environment of
 ``scripts/install_vllm.sh``), after its model is loaded and warmed up on an unrelated prompt. Prints
 prompts/second, the ratios, start-up time, and whether every backend's answers equal the HF engine's.
 
@@ -35,7 +35,7 @@ def worker(a) -> None:
 
     torch.set_num_threads(a.threads)
     from mmfragile.api import load_dataset, load_model
-    from mmfragile.evaluate import run_items
+    from mmfragile.runner import run_items
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.models.base import Prompt
     from mmfragile.store import ResultStore

@@ -22,6 +22,7 @@ import torch
 
 from mmfragile.data.easyvqa import load_easy_vqa
 from mmfragile.models import zoo
+from mmfragile.training import zoo as train
 
 
 def main() -> None:
@@ -37,25 +38,25 @@ def main() -> None:
     stages = [] if a.no_train else (a.train or ["caption"])
     specs = [s for s in zoo.ZOO_SPECS if s.lm in lms]
     if "caption" in stages:
-        data = zoo.training_data()
-        held_out = zoo.evaluation_data()
+        data = train.training_data()
+        held_out = train.evaluation_data()
         for lm in lms:
-            snaps = {f"{lm}-caption": zoo.TRAIN["steps"], f"{lm}-caption-weak": zoo.TRAIN["weak_steps"]}
-            states, rec = zoo.train_tower(lm, snapshots=list(snaps.values()), data=data)
+            snaps = {f"{lm}-caption": train.TRAIN["steps"], f"{lm}-caption-weak": train.TRAIN["weak_steps"]}
+            states, rec = train.train_tower(lm, snapshots=list(snaps.values()), data=data)
             for key, step in snaps.items():
-                zoo.save_weights("tower", key, states[step])
-                vision = zoo.vision_accuracy(states[step], lm, held_out)
+                train.save_weights("tower", key, states[step])
+                vision = train.vision_accuracy(states[step], lm, held_out)
                 for s in specs:
                     if s.tower == key:
-                        zoo.save_record(s.name, dict(asdict(rec), steps=step, run_steps=rec.steps,
+                        train.save_record(s.name, dict(asdict(rec), steps=step, run_steps=rec.steps,
                                                      description=s.description, vision_accuracy=vision))
                 print(key, vision)
             print(f"caption towers {lm}: {rec.train_seconds:.0f} s")
     if "answer" in stages:
         for lm in lms:
-            states, rec = zoo.train_answering(lm, snapshots=[zoo.ANSWER["steps"]])
-            zoo.save_weights("lora", f"{lm}-answer", states[zoo.ANSWER["steps"]])
-            zoo.save_record(f"answer-{lm}", asdict(rec))
+            states, rec = train.train_answering(lm, snapshots=[train.ANSWER["steps"]])
+            train.save_weights("lora", f"{lm}-answer", states[train.ANSWER["steps"]])
+            train.save_record(f"answer-{lm}", asdict(rec))
             print(f"answering {lm}: {rec.train_seconds:.0f} s, train accuracy {rec.train_accuracy}")
     if a.mc:
         measure(specs, a.mc)
@@ -69,9 +70,9 @@ def measure(specs, n_questions: int) -> None:
         model = zoo.load_zoo(s.name)
         t = time.perf_counter()
         with tempfile.TemporaryDirectory() as d:
-            mc = zoo.mc_accuracy(model, qs, d, progress=True)
+            mc = train.mc_accuracy(model, qs, d, progress=True)
         mc["prompts_per_s"] = round(mc["n_items"] / (time.perf_counter() - t), 2)
-        zoo.save_record(s.name, dict(zoo.zoo_records().get(s.name, {}), easy_vqa_test=mc))
+        train.save_record(s.name, dict(zoo.zoo_records().get(s.name, {}), easy_vqa_test=mc))
         print(s.name, mc)
         del model
 

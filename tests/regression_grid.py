@@ -28,11 +28,10 @@ def build(out: str | Path, model=None) -> dict[str, pd.DataFrame]:
     """Run the grid into stores under ``out/stores`` and return one table per entry of :data:`TABLES`."""
     from mmfragile.api import load_dataset, load_model
     from mmfragile.studies.judgebias.data import make_judge_set
-    from mmfragile.studies.format_bias.prompts import PromptFormat
     from mmfragile.store import ResultStore
     from mmfragile.studies import format_bias as fbs
     from mmfragile.studies import judgebias as jb
-    from mmfragile.studies import promptception as pcs
+    from mmfragile.study import run_study
 
     out = Path(out)
     model = model or load_model("tiny-vlm")
@@ -40,17 +39,15 @@ def build(out: str | Path, model=None) -> dict[str, pd.DataFrame]:
 
     qs = load_dataset("synthetic-vqa", n=None)
     fb_q = pd.concat([qs[qs.modality == m].head(1) for m in ("image", "multi-image", "video", "text")])
-    fmts = [PromptFormat.from_name(f) for f in FORMATS]
     store = ResultStore(out / "stores" / "formats", config={"study": "format-bias"})
-    tables["formats"], _ = fbs.run_format_bias(model, fb_q, store, formats=fmts, n_frames=3, progress=False)
+    tables["formats"], _ = fbs.run_format_bias(model, fb_q, store, formats=FORMATS, n_frames=3, progress=False)
     cp = ResultStore(out / "stores" / "cp_ln", config={"study": "format-bias-cp-ln"})
     tables["cp_ln"] = fbs.run_cp_ln(model, fb_q, cp, n_frames=3, progress=False)
 
-    pc_q = pcs.select_questions(qs, 4)
-    pc = ResultStore(out / "stores" / "promptception", config={"study": "promptception"})
-    pcs.PromptceptionTask(prompt_ids=PROMPT_IDS, max_new_tokens=6, n_frames=3, match_text=True,
-                          batch_size=8)(model, pc_q.to_dict("records"), pc, None)
-    tables["promptception"] = pc.read()
+    pc = run_study("promptception", model, "synthetic-vqa", n=4, out=out / "stores" / "promptception",
+                   prompt_ids=list(PROMPT_IDS), max_new_tokens=6, n_frames=3, match_text=True, batch_size=8,
+                   progress=False)
+    tables["promptception"] = pc.table()
 
     samples = make_judge_set(2, 0, out / "judge" / "data", n_text=1)
     conditions = jb.build_judge_conditions(samples, PERTURBATIONS, 0, out / "judge" / "audit")
@@ -60,7 +57,8 @@ def build(out: str | Path, model=None) -> dict[str, pd.DataFrame]:
     tables["judge_scores"] = scores.read()
     jb.run_pairwise(model, jb.position_pairs(samples) + jb.verbosity_pairs(samples, seed=0), pairs, **gen)
     tables["judge_pairwise"] = pairs.read()
-    selfgen = jb.generate_responses(model, samples, max_new_tokens=6) + jb.reference_responses(samples)
+    responses = ResultStore(out / "stores" / "judge_responses", config={"study": "judgebias", "kind": "responses"})
+    selfgen = jb.generate_responses(model, samples, responses, max_new_tokens=6) + jb.reference_responses(samples)
     sg = ResultStore(out / "stores" / "judge_selfgen", config={"study": "judgebias", "kind": "selfgen"})
     jb.run_judge(model, [("original", s) for s in selfgen], sg, **gen)
     tables["judge_selfgen"] = sg.read()

@@ -84,7 +84,7 @@ def test_study_item_builders_run_on_every_family(family_model, tmp_path):
     judge prompt all run end to end."""
     import pandas as pd
 
-    from mmfragile.evaluate import run_items
+    from mmfragile.runner import run_items
 
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.studies.format_bias.prompts import PromptFormat
@@ -115,7 +115,7 @@ def test_study_item_builders_run_on_every_family(family_model, tmp_path):
 
 def test_engine_refusal_falls_back_to_exact_generate_with_a_warning(tmp_path_factory):
     from mmfragile.engine import PrefixSharingEngine
-    from mmfragile.evaluate import EvalItem, run_items
+    from mmfragile.runner import EvalItem, run_items
     from mmfragile.store import ResultStore
 
     model = load_model(str(build_tiny("paligemma", root=tmp_path_factory.getbasetemp() / "tiny")))
@@ -200,7 +200,7 @@ def test_image_policy_caps_large_images_and_is_pinned_in_the_store(tmp_path_fact
     processor's own size settings), and a store made under one policy refuses to resume under another."""
     from PIL import Image
 
-    from mmfragile.evaluate import EvalItem, run_items
+    from mmfragile.runner import EvalItem, run_items
     from mmfragile.models.hf import load_image
     from mmfragile.store import ConfigMismatch, ResultStore
 

@@ -15,7 +15,8 @@ ray = pytest.importorskip("ray")
 
 from mmfragile.api import load_dataset  # noqa: E402
 from mmfragile.distributed import init_ray, run_on_ray  # noqa: E402
-from mmfragile.evaluate import run_items
+from mmfragile.study import StageTask  # noqa: E402
+from mmfragile.runner import run_items
 from mmfragile.studies.format_bias.items import format_bias_items  # noqa: E402
 from mmfragile.faults import KILL_EXIT_CODE  # noqa: E402
 from mmfragile.studies.format_bias.prompts import PromptFormat  # noqa: E402
@@ -54,14 +55,18 @@ def _same_table(a: pd.DataFrame, b: pd.DataFrame) -> None:
 
 
 def _store(root):
-    return lambda name: ResultStore(root, config=fbs.run_config(name, "synthetic-image", N, FORMATS))
+    return ResultStore(root, config=fbs.run_config("tiny-vlm", "synthetic-image", N, FORMATS))
+
+
+def _task():
+    return StageTask("format-bias", "grid", (("batch_size", 8), ("formats", list(FORMATS))))
 
 
 def test_two_workers_with_a_killed_worker_equal_the_single_process_run(cluster, reference, tmp_path, monkeypatch):
     monkeypatch.setenv("MMFRAGILE_KILL_AT", "worker.task:1")     # the first worker to finish a task dies ...
     monkeypatch.setenv("MMFRAGILE_KILL_ONCE", str(tmp_path / "killed-once"))  # ... once
     qs = load_dataset("synthetic-image", n=N)
-    rep = run_on_ray(fbs.FormatBiasTask(formats=FORMATS, batch_size=8), qs.to_dict("records"), _store(tmp_path / "s"),
+    rep = run_on_ray(_task(), qs.to_dict("records"), _store(tmp_path / "s"),
                      "tiny-vlm", workers=2, n_tasks=4, progress=False)
     assert (tmp_path / "killed-once").exists()                   # the kill happened
     assert rep.n_tasks == 4 and rep.n_dispatched == 3 and rep.n_rows == len(reference)
@@ -84,7 +89,7 @@ def test_killed_driver_rerun_equals_the_single_process_run(cluster, reference, t
     assert 0 < len(partial) < len(reference)
     assert not merge_stores(out, compact=False).complete
     qs = load_dataset("synthetic-image", n=N)
-    rep = run_on_ray(fbs.FormatBiasTask(formats=FORMATS, batch_size=8), qs.to_dict("records"), _store(out),
+    rep = run_on_ray(_task(), qs.to_dict("records"), _store(out),
                      "tiny-vlm", workers=2, n_tasks=4, progress=False)  # the rerun (as the CLI would do it)
     assert rep.n_dispatched == 2                     # only the two unfinished tasks go out again
     _same_table(reference, ResultStore(out).read())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from mmfragile.engine import PrefixSharingEngine, _common_prefix_len
-from mmfragile.evaluate import run_items
+from mmfragile.runner import run_items
 from mmfragile.studies.format_bias.items import format_bias_items
 from mmfragile.studies.format_bias.prompts import all_formats
 from mmfragile.store import ResultStore

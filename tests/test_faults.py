@@ -180,7 +180,7 @@ class _CountingModel(MLLM):
 
 
 def test_run_items_resumes_after_a_full_disk_with_every_row_once(tmp_path, monkeypatch):
-    from mmfragile.evaluate import EvalItem, run_items
+    from mmfragile.runner import EvalItem, run_items
 
     items = [EvalItem(key={"dataset": "d", "question_id": str(i), "variant": "v"}, prompt=Prompt(text=f"q{i}"),
                       option_ids=["A", "B"], answer_id="A" if i % 2 else "B") for i in range(12)]

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------------------------------ hand-made run rows
 def _run_rows(model="m", dataset="d", n_options=(3, 3), formats=("uppercase-dot-line_break", "numbers-colon-comma"),
               pick=lambda q, shift, fmt: 0, logit=lambda q, shift, pos: float(pos), standard=True):
-    """Rows shaped like mmfragile.evaluate.run_items output (engine path): question q has n_options[q] options,
+    """Rows shaped like mmfragile.runner.run_items output (engine path): question q has n_options[q] options,
     its correct canonical option is 0, shown at position (0 - shift) % O; the model picks shown position
     ``pick(q, shift, fmt)`` (-1 = invalid output)."""
     from mmfragile.studies.format_bias.prompts import OPTION_ID_SETS, PromptFormat
@@ -73,11 +73,12 @@ def test_adapter_renames_and_separates_the_standard_rows():
 
 def test_load_runs_reads_every_grid_store_and_not_the_cp_ln_store(tmp_path):
     for model in ("m1", "m2"):
-        st = fbs.open_store(tmp_path, model, "syn", 2)
+        st = ResultStore(fbs.store_dir(tmp_path, model, "syn"), config=fbs.run_config(model, "syn", 2))
         rows = _run_rows(model=model).to_dict("records")
         st.append(rows[:5])
         st.append(rows[5:])
-    cp = fbs.open_cp_ln_store(tmp_path, "m1", "syn", 2)
+    cp = ResultStore(fbs.store_dir(tmp_path, "m1", "syn", "cp_ln"),
+                     config=fbs.run_config("m1", "syn", 2, study=fbs.CP_LN_STUDY))
     cp.append([dict(model="m1", dataset="d", question_id="q0", variant=str(k), option=k, logprob=-1.0 - k,
                     n_tokens=1, answer=0, n_options=3) for k in range(3)])
     assert fbs.store_dir(tmp_path, "m1", "syn") == tmp_path / "m1" / "syn"
@@ -177,7 +178,7 @@ def test_run_cp_ln_picks_the_length_normalised_argmax_and_resumes(tiny_vlm, synt
 
     qs = synthetic[synthetic.modality == "image"].head(2).reset_index(drop=True)
     store = ResultStore(tmp_path / "cp", config={"study": fbs.CP_LN_STUDY})
-    cp = fbs.run_cp_ln(tiny_vlm, qs, store, batch_questions=1, progress=False)
+    cp = fbs.run_cp_ln(tiny_vlm, qs, store, batch_size=3, progress=False)
     assert len(cp) == sum(len(o) for o in qs.options)
     pred = fbs.cp_ln_predictions(cp).set_index("question_id")
     for rec in qs.to_dict("records"):

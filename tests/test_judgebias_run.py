@@ -32,6 +32,7 @@ class FakeJudge(MLLM):
         self.supports_images = supports_images
         self.calls = 0
         self.sampled = sampled
+        self.can_sample = sampled is not None
 
     def generate(self, prompts, max_new_tokens=16):
         self.calls += len(prompts)
@@ -261,13 +262,14 @@ def test_pairwise_position_and_verbosity(three, tmp_path):
 def test_self_enhancement_pipeline(three, tmp_path):
     gen_self = FakeJudge(lambda p: "mine", name="judge-a")
     gen_other = FakeJudge(lambda p: "theirs", name="model-b", supports_images=False)
-    a = jb.generate_responses(gen_self, three, cache_file=tmp_path / "a.jsonl")
-    b = jb.generate_responses(gen_other, three)
+    responses = ResultStore(tmp_path / "responses")
+    a = jb.generate_responses(gen_self, three, responses)
+    b = jb.generate_responses(gen_other, three, responses)
     assert [s.sample_id for s in a] == ["img000@judge-a", "img001@judge-a", "txt000@judge-a"]
     assert [s.sample_id for s in b] == ["txt000@model-b"]  # text-only generator: text items only
     assert all(s.meta["generator"] == "judge-a" and s.meta["dataset"] == jb.SELFGEN_DATASET for s in a)
     assert jb.generate_responses(FakeJudge(lambda p: "other", name="judge-a"), three,
-                                 cache_file=tmp_path / "a.jsonl")[0].response == "mine"  # cached
+                                 responses)[0].response == "mine"  # stored: resumed, not asked again
     ref = jb.reference_responses(three)
     assert [s.sample_id for s in ref] == ["img000@reference", "img001@reference", "txt000@reference"]
     assert ref[0].response == three[0].response and ref[0].meta["generator"] == "reference"

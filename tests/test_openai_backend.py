@@ -590,7 +590,7 @@ def test_null_content_is_an_unparseable_output_with_its_reason(server, tmp_path)
 
 def test_null_content_rows_are_stored_out_of_coverage_with_the_reason(server, tmp_path):
     """Through the runner into the store: no row dropped, the reason in raw_output, covered/correct False."""
-    from mmfragile.evaluate import EvalItem, run_items
+    from mmfragile.runner import EvalItem, run_items
     from mmfragile.store import ResultStore
 
     server.choice_by_text.update(NO_TEXT)

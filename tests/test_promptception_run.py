@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from mmfragile.evaluate import run_items
+from mmfragile.runner import run_items
 from mmfragile.models.base import MLLM, Prompt
 from mmfragile.schema import DataError
 from mmfragile.store import ResultStore

@@ -22,7 +22,8 @@ def tables(tmp_path_factory, tiny_vlm):
 def test_study_rows_equal_the_reference(tables, name):
     expected = comparable(pd.read_parquet(REFERENCE / f"{name}.parquet"))
     got = comparable(tables[name])
-    assert list(got.columns) == list(expected.columns)
+    assert sorted(got.columns) == sorted(expected.columns)   # the order of columns is no behaviour
+    got = got[list(expected.columns)]
     assert len(got) == len(expected) > 0
     # float columns (logits, log-likelihoods) to float32 precision: other CPUs differ in the last bits
     pd.testing.assert_frame_equal(got, expected, check_exact=False, rtol=1e-4, atol=1e-5, check_dtype=False)

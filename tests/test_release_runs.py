@@ -28,9 +28,10 @@ def _cache(tmp_path, monkeypatch):
 
 
 def test_cli_formats_runs_a_release_and_records_skipped_rows(tmp_path, tiny_vlm, monkeypatch, capsys):
-    from mmfragile import api, cli
+    from mmfragile import cli
+    from mmfragile.models.spec import ModelSpec
 
-    monkeypatch.setattr(api, "load_model", lambda spec, **kw: tiny_vlm)
+    monkeypatch.setattr(ModelSpec, "load", lambda spec: tiny_vlm)
     spec = fx.write_hrbench(tmp_path / "data", "4k", bad_rows=True)
     args = ["formats", "--model", "tiny-vlm", "--dataset", spec, "--n", "3", "--formats", "uppercase-dot-line_break",
             "--out", str(tmp_path / "run"), "--quiet"]

@@ -29,7 +29,7 @@ FORMATS = ["uppercase-dot-line_break", "lowercase-bracket-comma", "uppercase-bra
 
 # ------------------------------------------------------------------------------------------ hand-made stores
 def _fb_rows(model, n_q=4, n_opt=3, pick=lambda q, s, f: 0, dataset="syn"):
-    """Run rows (mmfragile.evaluate.run_items schema): correct canonical option 0, shown at (0 - shift) % O; the
+    """Run rows (mmfragile.runner.run_items schema): correct canonical option 0, shown at (0 - shift) % O; the
     model picks shown position pick(q, shift, format) (-1 = not an option ID)."""
     from mmfragile.studies.format_bias.prompts import OPTION_ID_SETS, PromptFormat
 
@@ -63,8 +63,9 @@ def _good(q, s, f):
 def _make_format_stores(root: Path) -> dict[str, Path]:
     out = {}
     for model, pick in (("good", _good), ("first", lambda q, s, f: 0)):
-        st = fbs.open_store(root, model, "syn", 4, info={"n_questions": 4, "skipped_rows": [
-            {"file": "syn.tsv", "row": 7, "reason": "image missing"}] if model == "good" else []})
+        st = ResultStore(fbs.store_dir(root, model, "syn"), config=fbs.run_config(model, "syn", 4),
+                         run_info={"n_questions": 4, "skipped_rows": [
+                             {"file": "syn.tsv", "row": 7, "reason": "image missing"}] if model == "good" else []})
         st.pin_run_info("image_policy", {"max_pixels": None, "note": "test"})
         st.append(_fb_rows(model, pick=pick))
         out[model] = st.root
@@ -218,7 +219,7 @@ def test_provenance_records_or_says_not_recorded(built):
 def test_budgeted_store_is_estimated(tmp_path):
     rows = pd.DataFrame(_fb_rows("bud", n_q=4, pick=_good))
     rows = rows[rows.format != "standard"].iloc[::3]          # a third of the grid: an incomplete / budgeted run
-    st = fbs.open_store(tmp_path / "s", "bud", "syn", 4)
+    st = ResultStore(fbs.store_dir(tmp_path / "s", "bud", "syn"), config=fbs.run_config("bud", "syn", 4))
     st.append(rows)
     rep = build_report([st.root], tmp_path / "out", n_boot=50, budget_draws=50)
     b = metric_key("budget", "formats", "bud", "syn")

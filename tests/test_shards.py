@@ -14,6 +14,7 @@ import pytest
 from mmfragile.cli import main
 from mmfragile.shards import Shard, question_group, shard_index, split
 from mmfragile.store import ResultStore, merge_stores
+from mmfragile.study import StageTask
 
 KEY = ["model", "dataset", "question_id", "variant"]
 
@@ -48,7 +49,7 @@ def _args(out, shard):
 
 def test_format_grid_shards_written_concurrently_then_merged(tmp_path, tiny_vlm, capsys):
     from mmfragile.api import load_dataset
-    from mmfragile.evaluate import run_items
+    from mmfragile.runner import run_items
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.studies.format_bias.prompts import PromptFormat
 
@@ -81,11 +82,11 @@ def test_merge_names_a_shard_that_never_ran(tmp_path, capsys):
 
 
 def test_promptception_shards_equal_one_run(tmp_path, tiny_vlm, synthetic):
-    from mmfragile.studies.promptception import PromptceptionTask, select_questions
+    from mmfragile.studies.promptception import select_questions
 
     qs = select_questions(synthetic, 4)
-    task = PromptceptionTask(prompt_ids=("1.1", "12.1"), max_new_tokens=4, n_frames=3, match_text=True,
-                             batch_size=8)
+    task = StageTask("promptception", "prompts", (("prompt_ids", ["1.1", "12.1"]), ("max_new_tokens", 4),
+                                                  ("n_frames", 3), ("match_text", True), ("batch_size", 8)))
     one = ResultStore(tmp_path / "one")
     task(tiny_vlm, qs.to_dict("records"), one, Shard(0, 1))
     sharded = ResultStore(tmp_path / "sharded")
@@ -106,8 +107,8 @@ def test_judge_and_pairwise_shards_equal_one_run(tmp_path, tiny_vlm):
     samples = make_judge_set(2, 0, tmp_path / "data", n_text=1)[::2]     # img000, img001, txt000 (good)
     conditions = jb.build_judge_conditions(samples, ["text_dominance", "unnecessary_image"], 0, tmp_path / "audit")
     pairs = jb.position_pairs(samples)[:4]
-    kw = dict(runs=2, max_new_tokens=3, batch_size=8)
-    judge, pairwise = jb.JudgeTask(**kw), jb.PairwiseTask(**kw)
+    kw = (("runs", 2), ("max_new_tokens", 3), ("pairwise_max_new_tokens", 3), ("batch_size", 8))
+    judge, pairwise = StageTask("judge", "scores", kw), StageTask("judge", "pairwise", kw)
     one = ResultStore(tmp_path / "one")
     judge(tiny_vlm, conditions, one, Shard(0, 1))
     pairwise(tiny_vlm, pairs, one, Shard(0, 1))
@@ -138,3 +139,32 @@ def test_promptception_and_judge_commands_by_shard(tmp_path, capsys):
         capsys.readouterr()
         assert main(["merge", str(store)]) == 0, capsys.readouterr().out
         assert len(ResultStore(store).read()) == n
+
+
+def test_cp_ln_and_self_generation_by_shard(tmp_path, capsys):
+    """CP-LN (format-bias --cp-ln) and judge self-generation (responses + the judge's scores of them) run by
+    --shard like every other stage: two shards make complete stores equal to one run."""
+    fb = ["run", "format-bias", "--model", "tiny-vlm", "--dataset", "synthetic-image", "--n", "3", "--formats",
+          "uppercase-dot-line_break", "--standard-format", "none", "--cp-ln", "--quiet"]
+    judge = ["run", "judge", "--model", "tiny-vlm", "--n-samples", "2", "--perturbations", "text_dominance",
+             "--runs", "1", "--max-new-tokens", "3", "--generator-max-new-tokens", "3", "--self-generators",
+             "smollm2", "--quiet"]
+    for shard in ("0/2", "1/2"):
+        assert main([*fb, "--out", str(tmp_path / "fb"), "--shard", shard]) == 0
+        assert main([*judge, "--out", str(tmp_path / "jb"), "--shard", shard]) == 0
+    assert main([*fb, "--out", str(tmp_path / "fb1")]) == 0
+    assert main([*judge, "--out", str(tmp_path / "jb1")]) == 0
+    for store, n in (("fb/cp_ln", None), ("jb/responses", None), ("jb/scores", None)):
+        one = ResultStore(tmp_path / store.replace("fb", "fb1", 1).replace("jb", "jb1", 1)).read()
+        sharded = ResultStore(tmp_path / store).read()
+        cols = [c for c in KEY + ["raw_output", "logprob", "response"] if c in one.columns]
+        pd.testing.assert_frame_equal(_sorted(one, cols), _sorted(sharded, cols), check_exact=False, rtol=1e-5)
+        capsys.readouterr()
+        assert main(["merge", str(tmp_path / store)]) == 0, capsys.readouterr().out
+    cp = ResultStore(tmp_path / "fb" / "cp_ln").read()
+    assert len(cp) == cp.n_options.groupby(cp.question_id).first().sum()          # every option of every question
+    sg = ResultStore(tmp_path / "jb" / "scores").read()
+    sg = sg[sg.dataset.str.endswith("-selfgen")]
+    # the judge's own responses (image and text items), SmolLM2's (text items only: it cannot see) and the references
+    assert set(sg.generator) == {"tiny-vlm", "smollm2", "reference"}
+    assert set(sg[sg.generator == "smollm2"].modality) == {"text"}

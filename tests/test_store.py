@@ -248,7 +248,7 @@ def test_killed_cli_run_resumes_to_the_uninterrupted_table(tmp_path, tiny_vlm):
     store, which then equals an uninterrupted in-process run of the same grid."""
     from mmfragile.api import load_dataset
     from mmfragile.cli import main
-    from mmfragile.evaluate import run_items
+    from mmfragile.runner import run_items
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.studies.format_bias.prompts import PromptFormat
 

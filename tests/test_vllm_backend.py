@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmfragile.evaluate import run_items
+from mmfragile.runner import run_items
 
 from mmfragile.studies.format_bias.items import format_bias_items
 from mmfragile.models.base import Prompt

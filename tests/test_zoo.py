@@ -11,6 +11,8 @@ import torch
 from mmfragile.data.easyvqa import easy_vqa_root, image_attributes
 from mmfragile.data.synthetic import IMAGE_KINDS, Placed, question_scene, training_scenes
 from mmfragile.models import zoo
+from mmfragile.models.embedded import save_llava
+from mmfragile.training import zoo as train
 
 
 def test_image_attributes_read_the_questions():
@@ -39,10 +41,10 @@ def test_captions_fill_the_image_tokens_right_aligned():
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(zoo.LMS["smollm2"].path())
-    cap = zoo.scene_caption([Placed("star", "red", 72, 12, 10), Placed("circle", "blue", 12, 12, 10)])
+    cap = train.scene_caption([Placed("star", "red", 72, 12, 10), Placed("circle", "blue", 12, 12, 10)])
     text = "The image shows two shapes: a blue circle and a red star."
     assert "".join(t for t, _ in cap) == text  # reading order: left first
-    tg = zoo.caption_targets(tok, [cap, zoo.easy_vqa_caption("teal", "circle")], zoo.FILLER)
+    tg = train.caption_targets(tok, [cap, train.easy_vqa_caption("teal", "circle")], train.FILLER)
     words = tok(text, add_special_tokens=False)["input_ids"]
     assert tg.ids.shape == (2, zoo.N_SLOTS) and tg.ids[0, -len(words):].tolist() == words
     nl = tok("\n", add_special_tokens=False)["input_ids"][0]
@@ -61,7 +63,7 @@ def test_tower_is_llava_image_path():
     text = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                        num_attention_heads=2, num_key_value_heads=1)
     torch.manual_seed(0)
-    net = zoo.TowerProjector(text).eval()
+    net = train.TowerProjector(text).eval()
     llava = LlavaForConditionalGeneration(LlavaConfig(vision_config=CLIPVisionConfig(**zoo.VISION), text_config=text,
                                                       vision_feature_layer=-1,
                                                       vision_feature_select_strategy="default")).eval()
@@ -92,23 +94,23 @@ def test_committed_zoo_records():
     for lm in zoo.LMS:
         good, weak = rec[f"zoo-{lm}-good"]["vision_accuracy"], rec[f"zoo-{lm}-weak"]["vision_accuracy"]
         assert good["easy-vqa/colour"] >= 95 and good["easy-vqa"] >= 75 and weak["easy-vqa"] <= good["easy-vqa"] - 10
-        assert rec[f"zoo-{lm}-good"]["steps"] == zoo.TRAIN["steps"]
-        assert rec[f"zoo-{lm}-weak"]["steps"] == zoo.TRAIN["weak_steps"]
+        assert rec[f"zoo-{lm}-good"]["steps"] == train.TRAIN["steps"]
+        assert rec[f"zoo-{lm}-weak"]["steps"] == train.TRAIN["weak_steps"]
         answering = rec[f"answer-{lm}"]
-        assert answering["steps"] == zoo.ANSWER["steps"] and answering["train_accuracy"]["all"] >= 0.9
+        assert answering["steps"] == train.ANSWER["steps"] and answering["train_accuracy"]["all"] >= 0.9
     json.dumps(rec)  # plain JSON
 
 
 def test_caption_tower_reads_held_out_pictures():
     """Re-measure a committed caption tower on 60 easy-VQA *test* images (never trained on): colours read right,
     shapes better than the 1-in-3 of a guess; the same architecture untrained reads almost nothing."""
-    data = zoo.easy_vqa_tower_data("test")
-    sub = zoo.TowerData(data.pixels[:60], data.captions[:60], data.source[:60])
-    acc = zoo.vision_accuracy(zoo.load_weights("tower", "smollm2-caption"), "smollm2", sub)
+    data = train.easy_vqa_tower_data("test")
+    sub = train.TowerData(data.pixels[:60], data.captions[:60], data.source[:60])
+    acc = train.vision_accuracy(zoo.load_weights("tower", "smollm2-caption"), "smollm2", sub)
     assert acc["easy-vqa/colour"] >= 85 and acc["easy-vqa/shape"] > 34
     torch.manual_seed(0)
-    untrained = zoo.TowerProjector(zoo._lm_embeddings(zoo.LMS["smollm2"], torch.tensor([0]))[1]).state_dict()
-    assert zoo.vision_accuracy(untrained, "smollm2", sub)["easy-vqa"] < 20
+    untrained = train.TowerProjector(train._lm_embeddings(zoo.LMS["smollm2"], torch.tensor([0]))[1]).state_dict()
+    assert train.vision_accuracy(untrained, "smollm2", sub)["easy-vqa"] < 20
 
 
 #: a fixed easy-VQA test slice (seeded sample; never trained on): 40 questions, chance 45.6 %
@@ -125,7 +127,7 @@ def test_zoo_model_beats_chance_and_the_best_reaches_halfway(name, tmp_path):
     from mmfragile.data.easyvqa import load_easy_vqa
 
     qs = load_easy_vqa(**MC_SLICE)
-    mc = zoo.mc_accuracy(load_model(name), qs, tmp_path)
+    mc = train.mc_accuracy(load_model(name), qs, tmp_path)
     assert mc["n_questions"] == 40 and mc["chance"] == pytest.approx(45.58, abs=0.01)
     assert mc["accuracy"] > mc["chance"] + 5
     if name.endswith("-good"):
@@ -138,10 +140,10 @@ def test_low_rank_state_round_trips_through_lora_deltas():
     u = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])          # out = 3
     v = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])  # in = 4
     d = 3.0 * torch.outer(u[:, 0], v[0]) + 1.0 * torch.outer(u[:, 1], v[1])
-    full = zoo.low_rank_state({"layers.0.mlp.up_proj.weight": d}, rank=4)
+    full = train.low_rank_state({"layers.0.mlp.up_proj.weight": d}, rank=4)
     assert full["layers.0.mlp.up_proj.lora_A"].shape == (3, 4)      # rank capped by the matrix
     torch.testing.assert_close(zoo.lora_deltas(full)["layers.0.mlp.up_proj.weight"], d)
-    one = zoo.lora_deltas(zoo.low_rank_state({"layers.0.mlp.up_proj.weight": d}, rank=1))
+    one = zoo.lora_deltas(train.low_rank_state({"layers.0.mlp.up_proj.weight": d}, rank=1))
     torch.testing.assert_close(one["layers.0.mlp.up_proj.weight"], 3.0 * torch.outer(u[:, 0], v[0]))
 
 
@@ -158,16 +160,16 @@ def test_adapter_is_merged_into_the_llava_checkpoint(tmp_path):
                                       num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
     lm.save_pretrained(tmp_path / "lm")
     tok.save_pretrained(tmp_path / "lm")
-    deltas = zoo.lora_deltas(zoo.low_rank_state({"layers.1.mlp.up_proj.weight": torch.randn(64, 32)}, rank=2))
+    deltas = zoo.lora_deltas(train.low_rank_state({"layers.1.mlp.up_proj.weight": torch.randn(64, 32)}, rank=2))
     vision = CLIPVisionConfig(**zoo.VISION)
-    zoo.save_llava(tmp_path / "vlm", vision, zoo.LMS["smollm2"].chat_template, "<|im_end|>", seed=0,
+    save_llava(tmp_path / "vlm", vision, zoo.LMS["smollm2"].chat_template, "<|im_end|>", seed=0,
                    lm_dir=tmp_path / "lm", tie_embeddings=True, lm_deltas=deltas)
     got = LlavaForConditionalGeneration.from_pretrained(tmp_path / "vlm").model.language_model
     torch.testing.assert_close(got.layers[1].mlp.up_proj.weight, lm.model.layers[1].mlp.up_proj.weight
                                + deltas["layers.1.mlp.up_proj.weight"])
     torch.testing.assert_close(got.layers[0].mlp.up_proj.weight, lm.model.layers[0].mlp.up_proj.weight)
     with pytest.raises(ValueError, match="name no weight"):
-        zoo.save_llava(tmp_path / "bad", vision, zoo.LMS["smollm2"].chat_template, "<|im_end|>", seed=0,
+        save_llava(tmp_path / "bad", vision, zoo.LMS["smollm2"].chat_template, "<|im_end|>", seed=0,
                        lm_dir=tmp_path / "lm", lm_deltas={"layers.9.mlp.up_proj.weight": torch.zeros(64, 32)})
 
 
@@ -180,15 +182,15 @@ def test_answer_training_questions_and_prompts():
 
     pool = load_easy_vqa("train", n=400, seed=3)
     attrs = image_attributes("train")
-    qs = zoo.answer_training_questions(pool, attrs, 41, seed=0)
+    qs = train.answer_training_questions(pool, attrs, 41, seed=0)
     assert len(qs) == 41 and qs.question_id.is_unique and set(qs.question_id) <= set(pool.question_id)
     assert all({"shape", "colour"} <= set(attrs[ims[0]]) for ims in qs.images)
     assert set(qs.category) == {"yes/no", "colour", "shape"}
     known = sum({"shape", "colour"} <= set(attrs.get(ims[0], {})) for ims in pool.images)
     assert known < len(pool)  # some pictures' shape or colour no question states: those are left out
     with pytest.raises(ValueError, match="known shape and colour"):
-        zoo.answer_training_questions(pool, attrs, known + 1, seed=0)
-    prompts, targets, names = zoo.answer_training_prompts(qs, "<|im_end|>", seed=0, standard_share=0.25)
+        train.answer_training_questions(pool, attrs, known + 1, seed=0)
+    prompts, targets, names = train.answer_training_prompts(qs, "<|im_end|>", seed=0, standard_share=0.25)
     for rec, p, t, f in zip(qs.to_dict("records"), prompts, targets, names):
         fmt = PromptFormat() if f == "standard" else PromptFormat.from_name(f)
         ids = fmt.ids(len(rec["options"]))

@@ -26,7 +26,7 @@ def main(job_path: str, out_path: str) -> None:
     for key, method, args in job["calls"]:
         t = time.perf_counter()
         if method == "run_items":
-            from mmfragile.evaluate import run_items
+            from mmfragile.runner import run_items
             from mmfragile.store import ResultStore
 
             items, folder = args

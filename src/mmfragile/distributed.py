@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from mmfragile.faults import kill_point
+from mmfragile.models.spec import ModelSpec
 from mmfragile.shards import Shard, question_group, shard_index, split
 from mmfragile.store import ResultStore, _key_index, _key_strings
 
@@ -97,14 +98,12 @@ class RecordingStore:
 class _Worker:
     """One model replica (a Ray actor)."""
 
-    def __init__(self, model_spec: str, model_kwargs: dict, threads: int | None):
+    def __init__(self, model: ModelSpec, threads: int | None):
         if threads:
             import torch
 
             torch.set_num_threads(int(threads))
-        from mmfragile.api import load_model
-
-        self.model = load_model(model_spec, **model_kwargs)
+        self.model = model.load()
 
     def info(self) -> dict:
         import ray
@@ -181,21 +180,18 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     return True
 
 
-def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any],
-               store: ResultStore | Callable[[str], ResultStore], model: str,
-               *, workers: int = 2, address: str | None = None,
+def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any], store: ResultStore,
+               model: "str | ModelSpec", *, workers: int = 2, address: str | None = None,
                group_of: Callable[[Any], str] | None = None, n_tasks: int | None = None,
                model_kwargs: Mapping[str, Any] | None = None, gpus_per_worker: float | None = None,
                threads_per_worker: int | None = 1, max_restarts: int = 3, progress: bool = True) -> RayRunReport:
-    """Run ``task`` over ``units`` on ``workers`` Ray actors, each with its own replica of ``model`` (a spec for
-    :func:`mmfragile.api.load_model`), appending every task's rows to ``store`` as it completes. ``store`` may be
-    a function of the model's name (which the driver learns from the first worker, without loading the model).
+    """Run ``task`` over ``units`` on ``workers`` Ray actors, each with its own replica of ``model`` (a
+    :class:`~mmfragile.models.spec.ModelSpec` or its string, ``model_kwargs`` added), appending every task's rows
+    to ``store`` as it completes.
 
-    ``task(model, units, store, shard)`` is one of the studies' picklable tasks
-    (:class:`mmfragile.studies.format_bias.FormatBiasTask`, :class:`~mmfragile.studies.promptception.PromptceptionTask`,
-    :class:`~mmfragile.studies.judgebias.JudgeTask`, :class:`~mmfragile.studies.judgebias.PairwiseTask`).
-    ``group_of(unit)`` names the unit's question group (default: the task's ``group_of``, else question records
-    with ``dataset`` and ``question_id``). ``n_tasks``: shards of the split; default one per :data:`GROUPS_PER_TASK` groups - it
+    ``task(model, units, store, shard)`` is a :class:`mmfragile.study.StageTask` (any picklable callable with that
+    signature). ``group_of(unit)`` names the unit's question group (default: the task's ``group_of``, else
+    question records with ``dataset`` and ``question_id``). ``n_tasks``: shards of the split; default one per :data:`GROUPS_PER_TASK` groups - it
     depends only on the units, so a rerun with another worker count resumes the same split.
     ``gpus_per_worker``: default 1 when the cluster has GPUs, else 0 (one CPU per worker).
     """
@@ -231,10 +227,9 @@ def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any
         actor_cls = ray.remote(_Worker).options(
             num_cpus=1, num_gpus=gpus_per_worker, max_restarts=max_restarts, max_task_retries=max_restarts,
             runtime_env={"env_vars": env} if env else None)
-        actors = [actor_cls.remote(model, dict(model_kwargs or {}), threads_per_worker) for _ in range(workers)]
-        name = ray.get(actors[0].info.remote())["name"]
-        if not isinstance(store, ResultStore):
-            store = store(name)
+        spec = ModelSpec.parse(model, **dict(model_kwargs or {}))
+        actors = [actor_cls.remote(spec, threads_per_worker) for _ in range(workers)]
+        name = spec.name
         report = RayRunReport(model=name, store=store, workers=workers, n_tasks=n_tasks)
         done = _done_by_shard(store, n_tasks)
         empty = pd.DataFrame(columns=store.key_columns)

@@ -44,7 +44,7 @@ class EngineOutput:
 
 def engine_refusal(model) -> str | None:
     """Why the engine cannot run ``model`` exactly, or None if it can."""
-    if not isinstance(model, HFModel):
+    if not model.prefix_engine:
         return f"{type(model).__name__} is not a transformers model (the engine drives HFModel checkpoints)"
     return model.adapter.engine_refusal
 

@@ -490,3 +490,30 @@ def extract_answers(responses: Sequence[str | None], questions: Sequence[MCQuest
         for (i, valid, _), out in zip(chunk, outs):
             results[i] = _from_model_output(out, valid, refusals)
     return [r for r in results]  # type: ignore[misc]
+
+
+def score_exact_match(raw_output: str | None, option_ids: Sequence[str], answer_id: str) -> tuple[bool, bool, int]:
+    """Score one raw generation by exact match (Sec. A.3): ``(covered, correct, selected)``.
+
+    * ``covered``  - the output is one of the valid option IDs of this question (Eq. 6, s_i);
+    * ``correct``  - the output equals the ground-truth ID;
+    * ``selected`` - index of the matched ID in ``option_ids`` (the selected option position),
+      or ``-1`` when not covered.
+
+    Rule: the output is stripped of leading/trailing whitespace and then compared to the IDs
+    exactly, case-sensitive, with no answer extraction. Justification: A.3 evaluates "directly
+    on the model's generated output sequence without applying any answer extraction
+    mechanism" and counts "A." or "A)" as wrong for label "A", so punctuation, brackets and
+    extra words always fail; case is part of the ID because the ID set (uppercase vs lowercase,
+    "II" vs "ii") is the factor under study, so "a" is not a valid answer to A/B/C/D (and is the
+    only valid form for a/b/c/d). Whitespace is the one thing removed: the budget is the
+    token length of the longest ID (A.4), decoders often emit the ID as a word-initial piece
+    (" A", "▁A") or a trailing newline, and A.3 never lists whitespace as a failure. ``None``
+    or an empty/whitespace output is out of coverage and incorrect - never dropped.
+    """
+    out = "" if raw_output is None else str(raw_output).strip()
+    ids = [str(i) for i in option_ids]
+    if out in ids:
+        sel = ids.index(out)
+        return True, out == str(answer_id), sel
+    return False, False, -1

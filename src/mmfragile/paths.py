@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 
@@ -33,3 +34,9 @@ def vllm_venv() -> Path:
     if env:
         return Path(env)
     return Path(os.environ.get("MMFRAGILE_CACHE", Path.home() / ".cache" / "mmfragile")) / "vllm-venv"
+
+
+def safe_name(name: str) -> str:
+    """``name`` usable as one path component and in keys (model / dataset names in store and figure paths,
+    self-generated sample ids)."""
+    return re.sub(r"[^A-Za-z0-9@._=+-]+", "_", str(name)).strip("_") or "_"

@@ -1,12 +1,12 @@
 """Budgeted runs: evaluate a seeded subset of a study's (question, variant) grid into the study's own resumable
 store, and estimate the whole grid's accuracy distribution from it (:mod:`mmfragile.budget.estimator`).
 
-* :func:`item_cells` - the cell frame of a list of :class:`~mmfragile.evaluate.EvalItem` (one row per item,
+* :func:`item_cells` - the cell frame of a list of :class:`~mmfragile.runner.EvalItem` (one row per item,
   outcome missing), :func:`attach_outcomes` - the outcomes a store already holds.
 * :func:`select_items` - the stratified design: the first ``budget`` share of a seeded sequence balanced over
   variants, questions and shifts (:func:`~mmfragile.budget.estimator.stratified_order`); budgets nest, so
   ``--budget 0.02`` then ``--budget 0.05`` only runs the difference.
-* :func:`run_budgeted` - runs the design through :func:`~mmfragile.evaluate.run_items` into the same store a full
+* :func:`run_budgeted` - runs the design through :func:`~mmfragile.runner.run_items` into the same store a full
   run uses (the budget is not part of the store config: a later full run completes the same store). With
   ``adaptive=True`` it runs the stratified design for ``initial`` of the budget, then batches chosen by
   :func:`~mmfragile.budget.estimator.adaptive_batch` from what the store holds - a deterministic function of the
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from mmfragile.evaluate import EvalItem, ScoreFn, exact_match_score, run_items
+from mmfragile.runner import EvalItem, ScoreFn, exact_match_score, run_items
 from mmfragile.budget.estimator import (FORMAT_BIAS, PROMPTCEPTION, GridSpec, adaptive_batch, budget_size, estimate,
                              stratified_order)
 from mmfragile.models.base import MLLM

@@ -85,3 +85,8 @@ def image_attributes(split: str = "train") -> dict[str, dict[str, str]]:
                 raise DataError(f"{qfile}, row {row}: says the {key} of image {image_id} is {w!r}, "
                                 f"another question says {facts[key]!r}")
     return out
+
+
+def load_easy_vqa_mc(n: int | None = None, seed: int = 0) -> pd.DataFrame:
+    """The benchmark registry's ``easy-vqa``: the test split as multiple choice, 200 questions unless ``n``."""
+    return load_easy_vqa(n=n or 200, seed=seed)

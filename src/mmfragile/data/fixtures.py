@@ -25,6 +25,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from mmfragile.data.benchmarks import BENCHMARKS
+
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (40, 70, 220), "yellow": (235, 200, 20)}
 NAMES = list(COLOURS)
 
@@ -358,16 +360,28 @@ def write_mm_judgebias(root: str | Path, bad_rows: bool = False) -> str:
     return f"mm-judgebias:{root / 'data'}::{root / 'images'}"
 
 
-FIXTURES: dict[str, Callable[..., str]] = {
-    "aokvqa": write_aokvqa, "mmbench": write_mmbench, "mmstar": write_mmstar, "vstar": write_vstar,
-    "hrbench4k": lambda root, bad_rows=False: write_hrbench(root, "4k", bad_rows),
-    "hrbench8k": lambda root, bad_rows=False: write_hrbench(root, "8k", bad_rows),
-    "mme-realworld-lite": write_mme_realworld_lite,
-    "mmmu-pro-s4": write_mmmu_pro,
-    "mmmu-pro-s10": lambda root, bad_rows=False: write_mmmu_pro(root, bad_rows).replace("-s4:", "-s10:", 1),
-    "mmmu-pro-vision": lambda root, bad_rows=False: write_mmmu_pro(root, bad_rows).replace("-s4:", "-vision:", 1),
-    "mvbench": write_mvbench, "mm-judgebias": write_mm_judgebias,
-}
+def write_hrbench_4k(root: str | Path, bad_rows: bool = False) -> str:
+    return write_hrbench(root, "4k", bad_rows)
+
+
+def write_hrbench_8k(root: str | Path, bad_rows: bool = False) -> str:
+    return write_hrbench(root, "8k", bad_rows)
+
+
+def write_mmmu_pro_s4(root: str | Path, bad_rows: bool = False) -> str:
+    return write_mmmu_pro(root, bad_rows)
+
+
+def write_mmmu_pro_s10(root: str | Path, bad_rows: bool = False) -> str:
+    return write_mmmu_pro(root, bad_rows).replace("-s4:", "-s10:", 1)
+
+
+def write_mmmu_pro_vision(root: str | Path, bad_rows: bool = False) -> str:
+    return write_mmmu_pro(root, bad_rows).replace("-s4:", "-vision:", 1)
+
+
+#: spec kind -> writer of a tiny copy in the published layout (from the benchmark registry)
+FIXTURES: dict[str, Callable[..., str]] = {b.kind: b.write_fixture for b in BENCHMARKS if b.fixture}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -928,57 +928,56 @@ def load_generic(path: str | Path, dataset: str | None = None, n: int | None = N
 
 
 # ============================================================================================== one entry point
-def _two_paths(path: str) -> tuple[str, str | None]:
-    first, _, second = path.partition("::")
-    return first, (second or None)
+def synthetic_vqa(n: int | None = None, seed: int = 0) -> pd.DataFrame:
+    """The synthetic multiple-choice set (image, multi-image, video, text questions)."""
+    from mmfragile.data.synthetic import make_synthetic_vqa
+
+    return make_synthetic_vqa(seed)
 
 
-#: ``<kind>`` of a ``<kind>:<path>`` spec -> loader taking ``(path, n=, skip_bad_rows=)``.
-DATASET_KINDS: dict[str, Callable[..., pd.DataFrame]] = {
-    "aokvqa": lambda p, **kw: load_aokvqa(*_two_paths(p), **kw),
-    "mmbench": lambda p, **kw: load_mmbench(p, **kw),
-    "mmstar": lambda p, **kw: load_mmstar(p, **kw),
-    "vstar": lambda p, **kw: load_vstar(p, **kw),
-    "hrbench4k": lambda p, **kw: load_hrbench(p, name="hrbench-4k", **kw),
-    "hrbench8k": lambda p, **kw: load_hrbench(p, name="hrbench-8k", **kw),
-    "mme-realworld-lite": lambda p, **kw: load_mme_realworld_lite(*_two_paths(p), **kw),
-    "mmmu-pro": lambda p, **kw: load_mmmu_pro(_two_paths(p)[0], None, _two_paths(p)[1], **kw),
-    "mmmu-pro-s4": lambda p, **kw: load_mmmu_pro(_two_paths(p)[0], "s4", _two_paths(p)[1], **kw),
-    "mmmu-pro-s10": lambda p, **kw: load_mmmu_pro(_two_paths(p)[0], "s10", _two_paths(p)[1], **kw),
-    "mmmu-pro-vision": lambda p, **kw: load_mmmu_pro(_two_paths(p)[0], "vision", _two_paths(p)[1], **kw),
-    "mvbench": lambda p, **kw: load_mvbench(p, **kw),
-    "generic": lambda p, **kw: load_generic(p, **kw),
-}
+def synthetic_image(n: int | None = None, seed: int = 0) -> pd.DataFrame:
+    """The image questions of the synthetic set: the first n of the four kinds in turn (count, colour, shape,
+    position, count, ...)."""
+    from mmfragile.data.synthetic import make_synthetic_vqa
+
+    per_kind = max(10, -(-(n or 0) // 4))
+    df = make_synthetic_vqa(seed, n_per_kind=per_kind).query("modality == 'image'")
+    df = df.assign(_i=df.groupby("category").cumcount()).sort_values("_i", kind="stable")
+    return df.drop(columns="_i").reset_index(drop=True)
+
+
+def synthetic_text(n: int | None = None, seed: int = 0) -> pd.DataFrame:
+    from mmfragile.data.synthetic import make_synthetic_vqa
+
+    return make_synthetic_vqa(seed).query("modality == 'text'").reset_index(drop=True)
 
 
 def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: bool = False) -> pd.DataFrame:
-    """One entry point, by name: ``synthetic-vqa``, ``synthetic-image`` / ``synthetic-text`` (its image /
-    text-only subsets), ``easy-vqa``, or ``<kind>:<path>`` for a benchmark release (kinds: see
-    :data:`DATASET_KINDS` and the module docstring). ``skip_bad_rows``: leave bad rows out (listed in
+    """One entry point, by name: the built-in sets (``synthetic-vqa``, ``synthetic-image`` / ``synthetic-text``
+    - its image / text-only subsets -, ``easy-vqa``), or ``<kind>:<path>`` for a benchmark release. Every one
+    is a record of the benchmark registry (:mod:`mmfragile.data.benchmarks`; ``python -m mmfragile benchmarks``
+    lists them; layouts in this module's docstring). ``skip_bad_rows``: leave bad rows out (listed in
     ``df.attrs["skipped_rows"]``) instead of raising :class:`DataError`."""
-    from mmfragile.data.easyvqa import load_easy_vqa
-    from mmfragile.data.synthetic import make_synthetic_vqa
+    from mmfragile.data.benchmarks import benchmark, by_kind, spec_kinds
 
-    if spec in ("synthetic-vqa", "synthetic"):
-        df = make_synthetic_vqa(seed)
-    elif spec == "synthetic-image":
-        # the first n of the four image kinds in turn (count, colour, shape, position, count, ...)
-        per_kind = max(10, -(-(n or 0) // 4))
-        df = make_synthetic_vqa(seed, n_per_kind=per_kind).query("modality == 'image'")
-        df = df.assign(_i=df.groupby("category").cumcount()).sort_values("_i", kind="stable")
-        df = df.drop(columns="_i").reset_index(drop=True)
-    elif spec == "synthetic-text":
-        df = make_synthetic_vqa(seed).query("modality == 'text'").reset_index(drop=True)
-    elif spec == "easy-vqa":
-        return load_easy_vqa(n=n or 200, seed=seed)
-    elif ":" in spec:
-        kind, path = spec.split(":", 1)
-        if kind not in DATASET_KINDS:
-            raise DataError(f"unknown dataset kind {kind!r}; use one of {', '.join(DATASET_KINDS)}")
-        return DATASET_KINDS[kind](path, n=n, skip_bad_rows=skip_bad_rows)
-    else:
+    kind, sep, path = str(spec).partition(":")
+    try:
+        record = by_kind(kind) if sep else benchmark(spec)
+    except KeyError:
+        record = None
+    if sep and (record is None or record.builtin):
+        raise DataError(f"unknown dataset kind {kind!r}; use one of {', '.join(spec_kinds())}")
+    if record is None or record.builtin == bool(sep):
         raise DataError(f"unknown dataset {spec!r}: use synthetic-vqa, synthetic-image, synthetic-text, easy-vqa "
-                        f"or <kind>:<path> with kind in {', '.join(DATASET_KINDS)}")
+                        f"or <kind>:<path> with kind in {', '.join(spec_kinds())}")
+    if record.study:
+        raise DataError(f"{spec!r} is the {record.study} study's data, not a question table: run that study with it "
+                        f"(python -m mmfragile run {record.study} --dataset {spec})")
+    if not record.builtin:
+        return record.load(path, n=n, skip_bad_rows=skip_bad_rows)
+    df = record.load(n=n, seed=seed)
+    if record.kind == "easy-vqa":
+        return df
     out = df.head(n).reset_index(drop=True) if n else df
     out.attrs["skipped_rows"] = []
     return out

@@ -111,8 +111,24 @@ class MLLM(abc.ABC):
     """A (multimodal) language model behind one small, deterministic interface."""
 
     name: str = "model"
-    #: True if the backend accepts images; text-only models raise on prompts with images.
+    # Capabilities, declared by each backend (the runner and the studies read them; nothing is probed):
+    #: the backend accepts images; text-only models raise on prompts with images
     supports_images: bool = True
+    #: seeded sampled decoding, ``generate_sampled(prompts, max_new_tokens, seeds, temperature, top_p)``, each
+    #: prompt's text a function of its seed alone (not of its batch)
+    can_sample: bool = False
+    #: option logits are exact next-token scores (an API's top-k log-probabilities are not)
+    exact_option_logits: bool = True
+    #: answers and option-ID scores in one request: ``generate_with_option_logits(prompts, candidates, n)``
+    fused_option_logits: bool = False
+    #: the prefix-sharing engine (:mod:`mmfragile.engine`) may run it (a family may still refuse, with the reason)
+    prefix_engine: bool = False
+    #: a remote chat API (Promptception's proprietary answer formats, Appendix A)
+    api: bool = False
+    #: prompts per backend call the runner sends at least
+    batch_size: int = 8
+    #: how images are resized before the processor (pinned in a run's config.json); None if the backend says nothing
+    image_policy: dict | None = None
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 16) -> list[str]:

@@ -120,6 +120,9 @@ class HFModel(MLLM):
     """A `transformers` model + its processor (or tokenizer, for text-only LMs). Family differences (prompt
     rendering, processor inputs, per-token tensors) come from its :class:`~mmfragile.models.adapters.FamilyAdapter`."""
 
+    can_sample = True
+    prefix_engine = True
+
     def __init__(self, model, processor, name: str | None = None, batch_size: int = 8, max_pixels: int | None = None):
         from mmfragile.models.adapters import adapter_for
 
@@ -180,7 +183,7 @@ class HFModel(MLLM):
     @property
     def image_policy(self) -> dict[str, Any]:
         """How large an image reaches the model: the load-time cap and the image processor's own size settings
-        (its defaults unless the checkpoint overrides them). :func:`mmfragile.evaluate.run_items` pins it in the
+        (its defaults unless the checkpoint overrides them). :func:`mmfragile.runner.run_items` pins it in the
         store's config.json (``run_info.image_policy``) and refuses to resume a store under another policy."""
         ip = getattr(self.processor, "image_processor", None)
         settings = {} if ip is None else {k: v for k, v in ip.to_dict().items() if k in IMAGE_SIZE_KEYS}

@@ -300,6 +300,9 @@ class OpenAIChatModel(MLLM):
     name: display name (defaults to ``model``).
     """
 
+    api = True
+    exact_option_logits = False  # top_logprobs of the first generated token, not the full vocabulary
+
     def __init__(
         self,
         base_url: str,

@@ -16,7 +16,7 @@
   constant (the log-partition function), so every softmax over options, argmax and PriDe prior is the same;
 * :meth:`~VLLMModel.loglikelihood` sums prompt log-probabilities over the continuation's tokens (CP-LN);
 * :meth:`~VLLMModel.generate_with_option_logits` gives both in one request per prompt (what
-  :func:`mmfragile.evaluate.run_items` uses, as it uses the engine for HF models).
+  :func:`mmfragile.runner.run_items` uses, as it uses the engine for HF models).
 
 Automatic prefix caching is on (the 48 formats x shifts of a question share their system prompt, image
 tokens and question), tensor parallelism is ``tensor_parallel_size``. vLLM needs its own environment
@@ -161,8 +161,10 @@ class VLLMModel(MLLM):
     On a CPU build, set ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache, default 4) to fit the machine.
     """
 
-    #: prompts :func:`mmfragile.evaluate.run_items` hands over per call: vLLM schedules a large batch itself
+    #: prompts :func:`mmfragile.runner.run_items` hands over per call: vLLM schedules a large batch itself
     batch_size: int = 256
+    can_sample = True
+    fused_option_logits = True
 
     def __init__(self, path: str | Path, name: str | None = None, tensor_parallel_size: int = 1,
                  enable_prefix_caching: bool = True, enforce_eager: bool = False, max_images_per_prompt: int = 16,

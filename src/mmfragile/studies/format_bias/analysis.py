@@ -8,7 +8,7 @@ wrappers around this module.
 Stores (each a resumable :class:`~mmfragile.store.ResultStore`):
 
 * ``<results_dir>/<model>/<dataset>`` - the 48-format x circular-shift grid plus the dataset's standard format
-  (variant ``standard|s<k>``) from :func:`mmfragile.evaluate.format_bias_items` / :func:`~mmfragile.evaluate.run_items`;
+  (variant ``standard|s<k>``) from :func:`mmfragile.runner.format_bias_items` / :func:`~mmfragile.runner.run_items`;
   config ``{"study": "format-bias", "model", "dataset", "n", "formats"}`` - the same config the CLI's
   ``mmfragile formats`` writes, so a CLI run and a notebook run resume each other.
 * ``<results_dir>/<model>/<dataset>/cp_ln`` - CP-LN log-likelihoods (:func:`run_cp_ln`), one row per question x
@@ -46,36 +46,32 @@ for V*Bench), and :func:`subset_option_count` restricts every input to one optio
 from __future__ import annotations
 
 import math
-import re
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from mmfragile.data.loaders import run_info
+from mmfragile.models.spec import figure_note_for
+from mmfragile.paths import safe_name
+from mmfragile.schema import DataError
+from mmfragile.store import find_stores
 from mmfragile.studies.format_bias import metrics as fb
 from mmfragile.studies.format_bias import mitigation as mit
-from mmfragile.models.base import MLLM
-from mmfragile.studies.format_bias.prompts import PromptFormat, build_cloze_prompt, standard_format as prompt_standard_format
-from mmfragile.schema import DataError, MCQuestion
-from mmfragile.shards import Shard
-from mmfragile.store import ResultStore, find_stores
+from mmfragile.studies.format_bias.prompts import PromptFormat, standard_format as prompt_standard_format
 
 __all__ = [
-    "STUDY", "CP_LN_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "video_settings", "run_info",
-    "open_store", "open_cp_ln_store",
-    "run_format_bias", "FormatBiasTask", "run_cp_ln", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
+    "GRID_STUDY", "CP_LN_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "video_settings", "run_info", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
     "standard_rows", "reference_formats", "StudyData", "load_study", "default_figures_dir", "figure_note_for", "per_format_table",
     "answer_confidence_bins", "fit_lmm_with_fallback", "most_common_option_count", "subset_option_count",
     "mitigation_inputs", "pseudo_gt_scores", "vanilla_scores", "pia_scores", "pride_scores", "cp_ln_scores",
     "cp_ln_predictions", "mitigation_scores", "MitigationComparison", "compare_mitigation", "table7_layout",
 ]
 
-STUDY = "format-bias"
+GRID_STUDY = "format-bias"
 CP_LN_STUDY = "format-bias-cp-ln"
 #: Column order of Tab. 7.
 METHOD_ORDER = ["pseudo_gt", "vanilla", "pia", "pride", "cp_ln"]
@@ -85,11 +81,6 @@ _RUN_COLUMNS = ["model", "dataset", "question_id", "variant", "format", "option_
 
 
 # ================================================================================================ stores
-def safe_name(name: str) -> str:
-    """``name`` usable as one path component (model / dataset names in store and figure paths)."""
-    return re.sub(r"[^A-Za-z0-9@._=+-]+", "_", str(name)).strip("_") or "_"
-
-
 def store_dir(results_dir: str | Path, model: str, dataset: str, kind: str = "grid") -> Path:
     """``<results_dir>/<model>/<dataset>`` for the grid, ``.../cp_ln`` for CP-LN (names made path-safe)."""
     root = Path(results_dir) / safe_name(model) / safe_name(dataset)
@@ -101,7 +92,7 @@ def store_dir(results_dir: str | Path, model: str, dataset: str, kind: str = "gr
 
 
 def run_config(model: str, dataset: str, n: int | None, formats: Sequence[str] | None = None,
-               study: str = STUDY, video: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               study: str = GRID_STUDY, video: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The store config (the keys ``mmfragile formats`` uses, so CLI and notebook runs share stores).
     ``video`` (``n_frames``, ``fps``, ``video_bounds``) is added only for datasets with video questions, so
     image-only stores keep their config."""
@@ -121,166 +112,8 @@ def video_settings(questions: pd.DataFrame, n_frames: int | None = None, fps: fl
     return {"n_frames": n_frames, "fps": fps, "video_bounds": bool(video_bounds)}
 
 
-def open_store(results_dir: str | Path, model: str, dataset: str, n: int | None,
-               formats: Sequence[str] | None = None, video: Mapping[str, Any] | None = None,
-               info: Mapping[str, Any] | None = None) -> ResultStore:
-    """The grid store of ``model`` x ``dataset`` (created, or resumed if its config matches)."""
-    return ResultStore(store_dir(results_dir, model, dataset),
-                       config=run_config(model, dataset, n, formats, video=video), run_info=info)
-
-
-def open_cp_ln_store(results_dir: str | Path, model: str, dataset: str, n: int | None,
-                     video: Mapping[str, Any] | None = None, info: Mapping[str, Any] | None = None) -> ResultStore:
-    return ResultStore(store_dir(results_dir, model, dataset, "cp_ln"),
-                       config=run_config(model, dataset, n, study=CP_LN_STUDY, video=video), run_info=info)
-
-
-# ================================================================================================ running
-def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, mode: str = "auto",
-                    batch_size: int = 48, formats: Sequence[PromptFormat] | None = None,
-                    include_standard: bool = True, progress: bool = True, n_frames: int | None = None,
-                    fps: float | None = None, video_bounds: bool = True, skip_bad_rows: bool = False,
-                    flush_every: int = 256, shard: Shard | str | None = None, budget: float | int | None = None,
-                    budget_seed: int = 0, adaptive: bool = False,
-                    standard=None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Run the format grid (Sec. 4.2: every question x format x circular shift, plus the standard format) into
-    ``store``; returns the store's table and timing ``{n_questions, n_items, n_new, seconds, s_per_question,
-    s_per_item}`` (per *newly evaluated* question / item; NaN if nothing was left to run). Video questions:
-    see :func:`mmfragile.evaluate.format_bias_items`. ``skip_bad_rows``: questions that cannot be turned into
-    items are left out instead of raising; they and the rows the load skipped (``questions.attrs``) are
-    recorded in the store's config.json (:func:`run_info`). ``shard`` (``"i/n"``): only the questions of that
-    shard (:mod:`mmfragile.shards`). ``standard``: the standard format of a dataset Table 5 does not list (a
-    format name or :class:`PromptFormat`, or ``{dataset: format}``), as ``format_bias_items`` takes it.
-
-    ``budget`` (a share of the grid such as 0.05, or a cell count): run only a seeded stratified subset of the
-    48-format grid - or, with ``adaptive``, half of it stratified and the rest where it shrinks the uncertainty
-    most - through :func:`mmfragile.budget.run_budgeted` into the same store (no standard-format rows);
-    estimate the full grid with :func:`mmfragile.budget.estimate_store`. A budget covers the whole grid, so it
-    takes no ``shard``."""
-    from mmfragile.evaluate import run_items
-    from mmfragile.studies.format_bias.items import format_bias_items
-
-    shard = Shard.parse(shard)
-    if budget is not None and shard.count > 1:
-        raise ValueError("a budgeted run chooses its cells over the whole grid: run it without --shard")
-    questions = shard.questions(questions)
-    skipped: list[dict] | None = [] if skip_bad_rows else None
-    items = format_bias_items(model, questions, formats=formats, include_standard=include_standard and budget is None,
-                              n_frames=n_frames, fps=fps, video_bounds=video_bounds, skipped=skipped,
-                              standard=standard)
-    store.add_skipped_rows(run_info(questions, skipped or [])["skipped_rows"])
-    before = len(store)
-    pending = store.pending(pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns))
-    todo_q = {it.key["question_id"] for it, p in zip(items, pending) if p}
-    t0 = time.perf_counter()
-    if budget is not None:
-        from mmfragile.budget import run_budgeted
-        from mmfragile.budget.estimator import FORMAT_BIAS
-
-        res = run_budgeted(model, items, store, FORMAT_BIAS, budget, seed=budget_seed, adaptive=adaptive, mode=mode,
-                           batch_size=batch_size, progress=progress)
-    else:
-        res = run_items(model, items, store, mode=mode, batch_size=batch_size, flush_every=flush_every,
-                        progress=progress, desc=f"{model.name} formats", shard=shard)
-    dt = time.perf_counter() - t0
-    n_new = len(store) - before
-    timing = {"n_questions": len(questions), "n_items": len(items), "n_new": n_new,
-              "n_new_questions": len(todo_q), "seconds": dt,
-              "s_per_question": dt / len(todo_q) if todo_q else float("nan"),
-              "s_per_item": dt / n_new if n_new else float("nan")}
-    return res, timing
-
-
-@dataclass(frozen=True)
-class FormatBiasTask:
-    """:func:`run_format_bias` on one task's question records, for :func:`mmfragile.distributed.run_on_ray`
-    (picklable: format names, not objects)."""
-
-    formats: tuple[str, ...] | None = None
-    mode: str = "auto"
-    batch_size: int = 48
-    flush_every: int = 256
-    include_standard: bool = True
-    progress: bool = False
-    n_frames: int | None = None
-    fps: float | None = None
-    video_bounds: bool = True
-    skip_bad_rows: bool = False
-
-    def __call__(self, model: MLLM, units: list[dict], store: Any, shard: Shard) -> None:
-        fmts = [PromptFormat.from_name(f) for f in self.formats] if self.formats else None
-        run_format_bias(model, pd.DataFrame(units), store, mode=self.mode, batch_size=self.batch_size,
-                        formats=fmts, include_standard=self.include_standard, progress=self.progress,
-                        n_frames=self.n_frames, fps=self.fps, video_bounds=self.video_bounds,
-                        skip_bad_rows=self.skip_bad_rows, flush_every=self.flush_every, shard=shard)
-
-
-def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, batch_questions: int = 4,
-              assistant_prefix: str = "", system: str | None = None, progress: bool = True,
-              n_frames: int | None = None, fps: float | None = None, video_bounds: bool = True,
-              skip_bad_rows: bool = False) -> pd.DataFrame:
-    """CP-LN log-likelihoods (Sec. 4.3, B.3 Eq. 9-10): for every question and option, ``model.loglikelihood``
-    of the option text as the continuation of the cloze prompt (:func:`build_cloze_prompt`: the question and its
-    images, no options, IDs or instruction).
-
-    One row per question x option - key ``variant`` = the option index in canonical order - with columns
-    ``model, dataset, question_id, variant, option, option_text, logprob, n_tokens, mean_logprob, answer,
-    n_options, category, modality``. Resumable: options already in ``store`` are skipped; rows are appended
-    every ``batch_questions`` questions. Returns the store's full table. Video questions are shown as the
-    frames :func:`mmfragile.evaluate.format_bias_items` would show (``n_frames``, ``fps``, ``video_bounds``);
-    with ``skip_bad_rows`` a question whose video does not decode is left out and, like the rows the load
-    skipped, recorded in the store's config.json (:func:`run_info`)."""
-    from tqdm.auto import tqdm
-
-    from mmfragile.data.video import question_frames
-    from mmfragile.schema import bad_row
-
-    todo: list[tuple[MCQuestion, Any, int]] = []
-    skipped: list[dict] | None = [] if skip_bad_rows else None
-    n_q = 0
-    for rec in questions.to_dict("records"):
-        q = MCQuestion.from_row(rec)
-        pending = [k for k in range(len(q.options))
-                   if not store.is_done({"model": model.name, "dataset": q.dataset, "question_id": q.question_id,
-                                         "variant": str(k)})]
-        if not pending:
-            continue
-        try:
-            cz = build_cloze_prompt(q)
-            if q.modality == "video" and q.images:
-                cz.images = question_frames(rec, n_frames=n_frames, fps=fps, use_bounds=video_bounds,
-                                            require_budget=True)
-        except DataError as e:
-            if skipped is None:
-                raise
-            skipped.append(bad_row(rec, e))
-            continue
-        if pending:
-            n_q += 1
-            todo += [(q, cz, k) for k in pending]
-    store.add_skipped_rows(run_info(questions, skipped or [])["skipped_rows"])
-    bar = tqdm(total=n_q, desc=f"{model.name} CP-LN", disable=not progress, unit="q")
-    by_q: dict[tuple[str, str], list] = {}
-    for q, cz, k in todo:
-        by_q.setdefault((q.dataset, q.question_id), []).append((q, cz, k))
-    groups = list(by_q.values())
-    for s in range(0, len(groups), batch_questions):
-        chunk = [t for g in groups[s:s + batch_questions] for t in g]
-        prompts = [cz.to_prompt(system=system, assistant_prefix=assistant_prefix) for _, cz, _ in chunk]
-        lls = model.loglikelihood(prompts, [cz.continuations[k] for _, cz, k in chunk])
-        rows = [{"model": model.name, "dataset": q.dataset, "question_id": q.question_id, "variant": str(k),
-                 "option": k, "option_text": cz.continuations[k], "logprob": float(ll.logprob),
-                 "n_tokens": int(ll.n_tokens), "mean_logprob": float(ll.logprob) / max(int(ll.n_tokens), 1),
-                 "answer": int(q.answer), "n_options": len(q.options), "category": q.category,
-                 "modality": q.modality} for (q, cz, k), ll in zip(chunk, lls)]
-        store.append(rows)
-        bar.update(len(groups[s:s + batch_questions]))
-    bar.close()
-    return store.read()
-
-
 # ================================================================================================ reading
-def load_runs(results_dir: str | Path, study: str = STUDY) -> pd.DataFrame:
+def load_runs(results_dir: str | Path, study: str = GRID_STUDY) -> pd.DataFrame:
     """All stores of ``study`` under ``results_dir`` (any depth) as one per-question frame (raw run columns).
 
     A store counts as ``study`` if its config says so (stores without a ``study`` key count as grid stores).
@@ -289,7 +122,7 @@ def load_runs(results_dir: str | Path, study: str = STUDY) -> pd.DataFrame:
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such results folder")
     frames = []
-    for st in find_stores(root, study, default_study=STUDY):
+    for st in find_stores(root, study, default_study=GRID_STUDY):
         df = st.read()
         if len(df):
             frames.append(df)
@@ -316,7 +149,7 @@ def _as_list(v: Any) -> list | None:
 
 
 def results_to_metrics_frame(df: pd.DataFrame, include_standard: bool = False) -> pd.DataFrame:
-    """Per-question rows of :func:`~mmfragile.evaluate.run_items` -> the input of :mod:`metrics.formatbias`.
+    """Per-question rows of :func:`~mmfragile.runner.run_items` -> the input of :mod:`metrics.formatbias`.
 
     Renames ``option_ids`` (IDs shown) -> ``option_labels`` and ``option_id_set`` (level) -> ``option_ids``;
     adds ``answer_position`` (0-based shown position of the correct ID), ``answer_logit`` (logit of the correct
@@ -391,12 +224,6 @@ def reference_formats(pq: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def figure_note_for(models: Iterable[str]) -> str | None:
-    """Footer for a figure over ``models``: the union of :func:`mmfragile.api.figure_note` of each."""
-    from mmfragile.api import figure_note
-
-    notes = list(dict.fromkeys(n for n in (figure_note(str(m)) for m in models) if n))
-    return "; ".join(notes) or None
 
 
 @dataclass

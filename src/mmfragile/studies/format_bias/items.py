@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from mmfragile.data.video import question_frames
-from mmfragile.evaluate import EvalItem
+from mmfragile.runner import EvalItem
 from mmfragile.models.base import MLLM
 from mmfragile.schema import DataError, MCQuestion, bad_row, options_in_image, row_where
 from mmfragile.studies.format_bias.prompts import (STANDARD_FORMATS, NoStandardFormat, PromptFormat, all_formats,

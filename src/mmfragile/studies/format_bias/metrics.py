@@ -32,6 +32,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from mmfragile.data import benchmarks
 from mmfragile.schema import DataError
 
 # --------------------------------------------------------------------------------------------------
@@ -59,19 +60,10 @@ BASE_LEVELS: dict[str, str] = {"option_ids": "lowercase", "delimiter": "bracket"
 #: Models and datasets of the paper, in its order.
 MODELS: list[str] = ["Gemma-3", "LLaVA-1.5", "LLaVA-OV", "Phi-3.5", "Phi-4", "Qwen-2-VL", "Qwen-2.5-VL"]
 DATASETS: list[str] = ["A-OKVQA", "HRBench-4K", "MMBench", "MME-RealWorld-Lite", "V*Bench"]
-#: Each dataset's standard ("vanilla"/reference) prompt format, Tab. 5: (option_ids, delimiter, separator).
+#: Each dataset's standard ("vanilla"/reference) prompt format, Tab. 5: (option_ids, delimiter, separator), from
+#: the benchmark registry (:mod:`mmfragile.data.benchmarks`).
 STANDARD_FORMATS: dict[str, tuple[str, str, str]] = {
-    "A-OKVQA": ("lowercase", "double_brackets", "line_break"),
-    "HRBench-4K": ("uppercase", "dot", "line_break"),
-    "MMBench": ("uppercase", "dot", "semicolon"),
-    "MME-RealWorld-Lite": ("uppercase", "double_brackets", "line_break"),
-    "V*Bench": ("uppercase", "dot", "line_break"),
-}
-_DATASET_ALIASES = {
-    "aokvqa": "A-OKVQA", "hrbench4k": "HRBench-4K", "hrbench": "HRBench-4K", "mmbench": "MMBench",
-    "mmbenchdev": "MMBench", "mmerealworldlite": "MME-RealWorld-Lite", "mmerwlite": "MME-RealWorld-Lite",
-    "vbench": "V*Bench", "vstarbench": "V*Bench", "vstar": "V*Bench",
-}
+    d: tuple(benchmarks.benchmark(d).standard_format.split("-")) for d in DATASETS}
 #: Coverage threshold of the coverage-neutral analysis (Sec. 5.1, C.3), percent.
 COVERAGE_THRESHOLD: float = 75.0
 CONFIDENCE_BINS: tuple[str, str, str] = ("top 20%", "middle 60%", "bottom 20%")
@@ -84,12 +76,13 @@ SCORE_COLS = ["model", "dataset", "option_ids", "delimiter", "separator", "accur
 
 
 def canonical_dataset(name: str) -> str:
-    """Map a dataset spelling (``"a-okvqa"``, ``"HR-Bench-4K"``, ``"vstar"`` ...) to the paper's name.
-
-    Unknown names are returned unchanged.
+    """Map a dataset spelling (``"a-okvqa"``, ``"HR-Bench-4K"``, ``"vstar"`` ...) to the paper's name (the
+    benchmark registry's). Unknown names are returned unchanged.
     """
-    key = re.sub(r"[^a-z0-9]", "", str(name).lower())
-    return _DATASET_ALIASES.get(key, str(name))
+    try:
+        return benchmarks.benchmark(name).name
+    except KeyError:
+        return str(name)
 
 
 def standard_format(dataset: str) -> tuple[str, str, str]:

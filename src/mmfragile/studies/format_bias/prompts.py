@@ -42,13 +42,14 @@ Rendering decisions (the paper shows examples, not code; each choice is the lite
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 
+from mmfragile.data import benchmarks
+from mmfragile.extraction import score_exact_match
 from mmfragile.schema import DataError, MCQuestion
 
 # --------------------------------------------------------------------------------------
@@ -226,55 +227,14 @@ def all_formats() -> list[PromptFormat]:
 # --------------------------------------------------------------------------------------
 
 
-def _norm_dataset(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", str(name).lower())
-
-
-_STANDARD = {
-    # Table 5 "Prompt format" columns.
-    "A-OKVQA": PromptFormat("lowercase", "double_brackets", "line_break"),
-    "HRBench-4K": PromptFormat("uppercase", "dot", "line_break"),
-    "MMBench": PromptFormat("uppercase", "dot", "semicolon"),
-    "MME-RealWorld-Lite": PromptFormat("uppercase", "double_brackets", "line_break"),
-    "V*Bench": PromptFormat("uppercase", "dot", "line_break"),
-    # Not in Table 5 (inferred, see INFERRED_STANDARD): HR-Bench 8K is the same release and prompt code as 4K.
-    "HRBench-8K": PromptFormat("uppercase", "dot", "line_break"),
-    # Not in Table 5 (inferred): the Promptception benchmarks in the option format of its baseline prompt.
-    "MMStar": PromptFormat("uppercase", "dot", "line_break"),
-    "MMMU-Pro": PromptFormat("uppercase", "dot", "line_break"),
-    "MVBench": PromptFormat("uppercase", "dot", "line_break"),
-    # Ours: the most common choice in Table 5 per factor (uppercase 4/5, dot 3/5, line break 4/5).
-    "synthetic-vqa": PromptFormat("uppercase", "dot", "line_break"),
-    "easy-vqa": PromptFormat("uppercase", "dot", "line_break"),
-}
-
-#: Standard formats that Table 5 does not print, with where they come from. HRBench-8K: Table 5 lists
-#: HR-Bench 4K only; 8K ships in the same release (HF ``DreamMr/HR-Bench``) and both are prompted by the
-#: same code (HR-Bench's ``vlmeval/dataset/image_mcq.py``, ``"A. x\n"`` lines), so 8K gets 4K's format.
-#: MMStar, MMMU-Pro, MVBench (the Promptception benchmarks, absent from the format-bias paper): the format
-#: the Promptception study shows them in - its baseline prompt (Fig. 3, Type 1.1 "<LETTER>.": ``A. x`` on
-#: separate lines; the authors' ``parse_options`` default) - i.e. uppercase, dot, line break.
-INFERRED_STANDARD: dict[str, str] = {
-    "HRBench-8K": "same release and prompt code as HR-Bench 4K (Table 5: Upp., Dot, Line break)",
-    "MMStar": "Promptception baseline prompt (Fig. 3, Type 1.1: 'A. x' lines)",
-    "MMMU-Pro": "Promptception baseline prompt (Fig. 3, Type 1.1: 'A. x' lines)",
-    "MVBench": "Promptception baseline prompt (Fig. 3, Type 1.1: 'A. x' lines)",
-}
-
-_ALIASES = {
-    "aokvqa": "A-OKVQA",
-    "hrbench4k": "HRBench-4K", "hrbench": "HRBench-4K",
-    "hrbench8k": "HRBench-8K",
-    "mmbench": "MMBench", "mmbenchdev": "MMBench", "mmbenchen": "MMBench", "mmbenchdeven": "MMBench",
-    "mmbenchdevenv11": "MMBench",
-    "mmerealworldlite": "MME-RealWorld-Lite", "mmerwlite": "MME-RealWorld-Lite",
-    "mmerealworld": "MME-RealWorld-Lite",
-    "vbench": "V*Bench", "vstarbench": "V*Bench", "vstar": "V*Bench",
-    "mmstar": "MMStar",
-    "mmmupro": "MMMU-Pro", "mmmupros4": "MMMU-Pro", "mmmupros10": "MMMU-Pro",
-    "mvbench": "MVBench",
-    "syntheticvqa": "synthetic-vqa", "easyvqa": "easy-vqa",
-}
+#: Standard formats that Table 5 does not print, with where they come from (the benchmark registry,
+#: :mod:`mmfragile.data.benchmarks`, holds every benchmark's format and its source). HRBench-8K: Table 5 lists
+#: HR-Bench 4K only; 8K ships in the same release (HF ``DreamMr/HR-Bench``) and both are prompted by the same code
+#: (HR-Bench's ``vlmeval/dataset/image_mcq.py``, ``"A. x\n"`` lines), so 8K gets 4K's format. MMStar, MMMU-Pro,
+#: MVBench (the Promptception benchmarks, absent from the format-bias paper): the format the Promptception study
+#: shows them in - its baseline prompt (Fig. 3, Type 1.1 "<LETTER>.": ``A. x`` on separate lines; the authors'
+#: ``parse_options`` default) - i.e. uppercase, dot, line break.
+INFERRED_STANDARD: dict[str, str] = benchmarks.inferred_standard()
 
 
 class NoStandardFormat(KeyError, ValueError):
@@ -285,7 +245,7 @@ class NoStandardFormat(KeyError, ValueError):
 
     def __init__(self, datasets: str | Sequence[str], hint: str = ""):
         self.datasets = [datasets] if isinstance(datasets, str) else list(datasets)
-        self.known, self.hint = list(_STANDARD), hint
+        self.known, self.hint = list(benchmarks.standard_formats()), hint
         names = ", ".join(repr(d) for d in self.datasets)
         msg = (f"no standard prompt format for dataset{'s' if len(self.datasets) > 1 else ''} {names}; "
                f"known: {self.known}")
@@ -300,7 +260,7 @@ class NoStandardFormat(KeyError, ValueError):
 
 class _StandardFormats(Mapping):
     """Read-only mapping dataset -> standard :class:`PromptFormat` (Table 5, plus the inferred entries of
-    :data:`INFERRED_STANDARD`).
+    :data:`INFERRED_STANDARD`), read from the benchmark registry (:mod:`mmfragile.data.benchmarks`).
 
     Keys are the paper's dataset names; lookups are forgiving: case and punctuation are
     ignored and common aliases work (``"a-okvqa"``, ``"vstar"``, ``"hr-bench-4k"``,
@@ -309,19 +269,22 @@ class _StandardFormats(Mapping):
     """
 
     def __getitem__(self, key: str) -> PromptFormat:
-        k = _norm_dataset(key)
-        if k in _ALIASES:
-            return _STANDARD[_ALIASES[k]]
-        raise NoStandardFormat(str(key))
+        try:
+            name = benchmarks.benchmark(key).standard_format
+        except KeyError:
+            name = None
+        if name is None:
+            raise NoStandardFormat(str(key))
+        return PromptFormat.from_name(name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(_STANDARD)
+        return iter(benchmarks.standard_formats())
 
     def __len__(self) -> int:
-        return len(_STANDARD)
+        return len(benchmarks.standard_formats())
 
     def __repr__(self) -> str:
-        return "STANDARD_FORMATS(" + ", ".join(f"{k!r}: {v.name}" for k, v in _STANDARD.items()) + ")"
+        return "STANDARD_FORMATS(" + ", ".join(f"{k!r}: {v}" for k, v in benchmarks.standard_formats().items()) + ")"
 
 
 STANDARD_FORMATS: Mapping[str, PromptFormat] = _StandardFormats()
@@ -501,33 +464,6 @@ def max_new_tokens_for(ids: Sequence[str], tokenizer_len_fn: Callable[[str], int
     if not ids:
         raise ValueError("max_new_tokens_for needs at least one option ID")
     return max(1, max(int(tokenizer_len_fn(i)) for i in ids))
-
-
-def score_exact_match(raw_output: str | None, option_ids: Sequence[str], answer_id: str) -> tuple[bool, bool, int]:
-    """Score one raw generation by exact match (Sec. A.3): ``(covered, correct, selected)``.
-
-    * ``covered``  - the output is one of the valid option IDs of this question (Eq. 6, s_i);
-    * ``correct``  - the output equals the ground-truth ID;
-    * ``selected`` - index of the matched ID in ``option_ids`` (the selected option position),
-      or ``-1`` when not covered.
-
-    Rule: the output is stripped of leading/trailing whitespace and then compared to the IDs
-    exactly, case-sensitive, with no answer extraction. Justification: A.3 evaluates "directly
-    on the model's generated output sequence without applying any answer extraction
-    mechanism" and counts "A." or "A)" as wrong for label "A", so punctuation, brackets and
-    extra words always fail; case is part of the ID because the ID set (uppercase vs lowercase,
-    "II" vs "ii") is the factor under study, so "a" is not a valid answer to A/B/C/D (and is the
-    only valid form for a/b/c/d). Whitespace is the one thing removed: the budget is the
-    token length of the longest ID (A.4), decoders often emit the ID as a word-initial piece
-    (" A", "▁A") or a trailing newline, and A.3 never lists whitespace as a failure. ``None``
-    or an empty/whitespace output is out of coverage and incorrect - never dropped.
-    """
-    out = "" if raw_output is None else str(raw_output).strip()
-    ids = [str(i) for i in option_ids]
-    if out in ids:
-        sel = ids.index(out)
-        return True, out == str(answer_id), sel
-    return False, False, -1
 
 
 def score_outputs(raw_outputs: Sequence[str | None], prompts: Sequence[FormattedPrompt]) -> pd.DataFrame:

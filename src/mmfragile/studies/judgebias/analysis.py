@@ -51,7 +51,6 @@ filter (the synthetic arithmetic/word items and shape scenes are unrelated by co
 from __future__ import annotations
 
 import json
-import re
 import warnings
 import zlib
 from dataclasses import dataclass, field
@@ -60,25 +59,23 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from mmfragile.studies.judgebias.metrics import PERTURBATIONS
-from mmfragile.models.base import MLLM, Prompt
+from mmfragile.models.base import MLLM
 from mmfragile.studies.judgebias.perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_perturbation,
                              save_perturbed)
 from mmfragile.studies.judgebias.prompts import (SCORE_VARIANTS, ScoreParseError, pairwise_prompt, parse_pairwise, parse_score,
                              parse_score_or_na, score_prompt)
-from mmfragile.shards import Shard, question_group
+from mmfragile.shards import question_group
+from mmfragile.paths import safe_name
 from mmfragile.store import ResultStore
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "DATASET", "SELFGEN_DATASET", "EXPERIMENTS",
     "applicable", "scene_description", "scene_captioner", "build_judge_conditions", "release_conditions",
-    "judgment_seed", "main_rows",
-    "sampled_generate", "JudgeRunReport", "parse_prompt_variant", "run_judge", "sample_group", "JudgeTask",
-    "PairItem", "position_pairs", "verbosity_pairs", "make_verbose", "alternative_response", "run_pairwise",
-    "PairwiseTask",
-    "generate_responses", "reference_responses", "selfgen_samples", "open_stores", "store_config",
+    "judgment_seed", "main_rows", "JudgeRunReport", "parse_prompt_variant", "sample_group",
+    "PairItem", "position_pairs", "verbosity_pairs", "make_verbose", "alternative_response",
+    "reference_responses", "selfgen_samples", "selfgen_sample", "selfgen_group", "open_stores", "store_config",
     "judgment_table", "position_table", "verbosity_table", "selfgen_table", "parse_failure_table",
 ]
 
@@ -257,29 +254,6 @@ def judgment_seed(seed: int, *parts: Any) -> int:
     return int(np.random.SeedSequence(words).generate_state(1, dtype=np.uint64)[0]) & ((1 << 63) - 1)
 
 
-def sampled_generate(judge: MLLM, prompts: Sequence[Prompt], max_new_tokens: int, seeds: Sequence[int],
-                     temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P) -> list[str]:
-    """Seeded sampled decoding: prompt ``i`` is continued by sampling with its own stream ``seeds[i]``.
-
-    The backend provides ``generate_sampled(prompts, max_new_tokens, seeds, temperature, top_p)``;
-    :meth:`mmfragile.models.hf.HFModel.generate_sampled` makes a prompt's text depend only on its seed,
-    not on its batch.
-    """
-    if len(seeds) != len(prompts):
-        raise ValueError("sampled_generate: one seed per prompt")
-    if not hasattr(judge, "generate_sampled"):
-        raise TypeError(f"{getattr(judge, 'name', judge)!r} cannot sample with a seed (no generate_sampled); "
-                        f"use decoding='greedy'")
-    return list(judge.generate_sampled(prompts, max_new_tokens, list(seeds), temperature, top_p))
-
-
-def _generate(judge: MLLM, prompts: list[Prompt], max_new_tokens: int, seeds: list[int], decoding: str,
-              temperature: float, top_p: float) -> list[str]:
-    if decoding == "greedy":
-        return list(judge.generate(prompts, max_new_tokens=max_new_tokens))
-    return sampled_generate(judge, prompts, max_new_tokens, seeds, temperature, top_p)
-
-
 def _check_decoding(decoding: str, runs: int) -> None:
     if decoding not in ("greedy", "sample"):
         raise ValueError(f"decoding must be 'greedy' or 'sample', got {decoding!r}")
@@ -331,26 +305,12 @@ def parse_prompt_variant(variant: str) -> tuple[str, bool]:
 
 
 def _can_take(judge: MLLM, n_images: int) -> bool:
-    return n_images == 0 or bool(getattr(judge, "supports_images", True))
+    return n_images == 0 or judge.supports_images
 
 
 def sample_group(sample: JudgeSample) -> str:
     """The question group of every judgment of ``sample`` (all conditions and runs stay together)."""
     return question_group(_dataset(sample), sample.sample_id)
-
-
-def _declare_pending(store: ResultStore, planned: list[tuple], shard: Shard) -> list[tuple]:
-    """Declare the keys (last element of each planned tuple) under the shard's label; the planned entries whose
-    key is not stored yet."""
-    keys = pd.DataFrame([p[-1] for p in planned], columns=store.key_columns)
-    store.declare(keys, shard.label)
-    return [p for p, todo in zip(planned, store.pending(keys)) if todo]
-
-
-def _flush(store: ResultStore, buffer: list[dict]) -> int:
-    n = store.append(buffer)
-    buffer.clear()
-    return n
 
 
 def _score_row(raw: str, allow_na: bool) -> dict[str, Any]:
@@ -361,84 +321,6 @@ def _score_row(raw: str, allow_na: bool) -> dict[str, Any]:
     if v is None:
         return {"score": float("nan"), "status": "na", "parse_error": ""}
     return {"score": float(v), "status": "ok", "parse_error": ""}
-
-
-def run_judge(judge: MLLM, conditions: Sequence[tuple[str, JudgeSample]], store: ResultStore, runs: int = 1,
-              variant: str = "original", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *,
-              decoding: str = "sample", temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
-              seed: int = 0, batch_size: int = 8, flush_every: int = 32, progress: bool = True,
-              stop_after: int | None = None, shard: Shard | str | None = None) -> JudgeRunReport:
-    """Score-wise judgment of every ``(condition, sample)`` for runs ``0 .. runs-1`` into ``store``.
-
-    Store key: ``model = judge.name``, ``dataset`` (``sample.meta["dataset"]``), ``question_id =
-    sample_id``, ``variant = f"{condition}|run{r}|{variant}"``; rows already stored are skipped (resume).
-    Other columns: ``judge, sample_id, perturbation, run, prompt_variant, allow_na, generator, kind,
-    modality, gold_score, n_images, query, response, raw_output, score, status, parse_error, decoding,
-    temperature, top_p, sample_seed, max_new_tokens``. ``status`` is ``ok`` / ``unparseable`` (score NaN,
-    ``parse_error`` holds the reason) / ``na`` (abstained; only with an N/A prompt variant). See the module
-    docstring for ``decoding`` and what a run is. ``stop_after`` ends after that many new rows (tests).
-    ``shard`` (``"i/n"``): only the samples of that shard (:mod:`mmfragile.shards`, grouped by sample); the keys
-    are declared in the store's manifest first.
-    """
-    _check_decoding(decoding, runs)
-    base_variant, allow_na = parse_prompt_variant(variant)
-    name = judge.name
-    report = JudgeRunReport(judge=name, variant=variant)
-    shard = Shard.parse(shard)
-    planned: list[tuple[str, JudgeSample, int, dict]] = []
-    for cond, s in shard.select(conditions, JudgeTask.group_of):
-        if not _can_take(judge, len(s.images)):
-            report.skipped.append((cond, s.sample_id, "text-only judge; the input has an image"))
-            continue
-        for r in range(int(runs)):
-            key = {"model": name, "dataset": _dataset(s), "question_id": s.sample_id,
-                   "variant": f"{cond}|run{r}|{variant}"}
-            planned.append((cond, s, r, key))
-    todo = _declare_pending(store, planned, shard)
-    report.n_skipped = len(report.skipped)
-    if report.skipped:
-        warnings.warn(f"run_judge: {name} cannot read images; {report.n_skipped} condition(s) with images skipped (all runs)")
-    # similar lengths together: less padding per batch (results do not depend on the batching)
-    todo.sort(key=lambda t: (len(t[1].images), len(t[1].query) + len(t[1].response)))
-    buffer: list[dict] = []
-    bar = tqdm(total=len(todo), desc=f"{name} [{variant}]", disable=not progress, unit="judgment")
-    for start in range(0, len(todo), batch_size):
-        chunk = todo[start:start + batch_size]
-        prompts = [score_prompt(s.query, s.response, s.images, variant=base_variant, allow_na=allow_na)
-                   for _, s, _, _ in chunk]
-        seeds = [judgment_seed(seed, name, s.sample_id, cond, variant, r) for cond, s, r, _ in chunk]
-        raws = _generate(judge, prompts, max_new_tokens, seeds, decoding, temperature, top_p)
-        for (cond, s, r, key), raw, sd in zip(chunk, raws, seeds):
-            buffer.append({
-                **key, "judge": name, "sample_id": s.sample_id, "perturbation": cond, "run": r,
-                "prompt_variant": variant, "allow_na": allow_na,
-                "generator": str(s.meta.get("generator", "reference")), "kind": str(s.meta.get("kind", "")),
-                "modality": "text" if s.is_text_only else "image",
-                "gold_score": float("nan") if s.gold_score is None else float(s.gold_score),
-                "n_images": len(s.images), "query": s.query, "response": s.response, "raw_output": raw,
-                **_score_row(raw, allow_na), "decoding": decoding,
-                "temperature": float(temperature) if decoding == "sample" else float("nan"),
-                "top_p": float(top_p) if decoding == "sample" else float("nan"),
-                "sample_seed": str(sd) if decoding == "sample" else "", "max_new_tokens": int(max_new_tokens),
-            })
-        bar.update(len(chunk))
-        if len(buffer) >= flush_every:
-            report.n_new += _flush(store, buffer)
-        if stop_after is not None and report.n_new + len(buffer) >= stop_after:
-            break
-    report.n_new += _flush(store, buffer)
-    bar.close()
-    rows = store.read()
-    if not rows.empty:
-        datasets = {_dataset(s) for _, s in conditions}
-        rows = rows[(rows["model"] == name) & (rows["prompt_variant"] == variant) & rows["dataset"].isin(datasets)]
-        if "experiment" in rows.columns:
-            rows = rows[rows["experiment"].isna()]
-        report.n_rows = len(rows)
-        report.n_ok = int((rows["status"] == "ok").sum())
-        report.n_unparseable = int((rows["status"] == "unparseable").sum())
-        report.n_abstained = int((rows["status"] == "na").sum())
-    return report
 
 
 # ---------------------------------------------------------------------------------------------- pairwise
@@ -541,119 +423,6 @@ def _choice_row(raw: str) -> dict[str, Any]:
         return {"choice": None, "status": "unparseable", "parse_error": e.reason}
 
 
-def run_pairwise(judge: MLLM, pairs: Sequence[PairItem], store: ResultStore, runs: int = 1,
-                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *, decoding: str = "sample",
-                 temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P, seed: int = 0,
-                 batch_size: int = 8, flush_every: int = 32, progress: bool = True,
-                 shard: Shard | str | None = None) -> JudgeRunReport:
-    """Pairwise judgments of ``pairs`` for runs ``0 .. runs-1`` into ``store``.
-
-    Key: ``model, dataset, question_id = sample_id, variant = f"{experiment}|{order}|run{r}"``. Columns:
-    ``judge, sample_id, experiment, order, run, swapped, verbose_position, response_a, response_b,
-    raw_output, choice`` (``"A"``/``"B"``, None when unparseable), ``status``, ``parse_error`` and the
-    decoding columns of :func:`run_judge`. ``shard``: as for :func:`run_judge`.
-    """
-    _check_decoding(decoding, runs)
-    name = judge.name
-    report = JudgeRunReport(judge=name, variant="pairwise")
-    shard = Shard.parse(shard)
-    planned = []
-    for it in shard.select(pairs, PairwiseTask.group_of):
-        if it.experiment not in EXPERIMENTS:
-            raise ValueError(f"unknown pairwise experiment {it.experiment!r}; choose from {EXPERIMENTS}")
-        if not _can_take(judge, len(it.images)):
-            report.skipped.append((it.experiment, it.sample_id, "text-only judge; the input has an image"))
-            continue
-        for r in range(int(runs)):
-            key = {"model": name, "dataset": it.dataset, "question_id": it.sample_id,
-                   "variant": f"{it.experiment}|{it.order}|run{r}"}
-            planned.append((it, r, key))
-    todo = _declare_pending(store, planned, shard)
-    report.n_skipped = len(report.skipped)
-    buffer: list[dict] = []
-    bar = tqdm(total=len(todo), desc=f"{name} [pairwise]", disable=not progress, unit="judgment")
-    for start in range(0, len(todo), batch_size):
-        chunk = todo[start:start + batch_size]
-        prompts = [pairwise_prompt(it.query, it.response_a, it.response_b, it.images) for it, _, _ in chunk]
-        seeds = [judgment_seed(seed, name, it.sample_id, it.experiment, it.order, r) for it, r, _ in chunk]
-        raws = _generate(judge, prompts, max_new_tokens, seeds, decoding, temperature, top_p)
-        for (it, r, key), raw, sd in zip(chunk, raws, seeds):
-            buffer.append({
-                **key, "judge": name, "sample_id": it.sample_id, "experiment": it.experiment, "order": it.order,
-                "run": r, "swapped": bool(it.info.get("swapped", False)),
-                "verbose_position": it.info.get("verbose_position"), "n_images": len(it.images),
-                "response_a": it.response_a, "response_b": it.response_b, "raw_output": raw, **_choice_row(raw),
-                "decoding": decoding, "temperature": float(temperature) if decoding == "sample" else float("nan"),
-                "top_p": float(top_p) if decoding == "sample" else float("nan"),
-                "sample_seed": str(sd) if decoding == "sample" else "", "max_new_tokens": int(max_new_tokens),
-            })
-        bar.update(len(chunk))
-        if len(buffer) >= flush_every:
-            report.n_new += _flush(store, buffer)
-    report.n_new += _flush(store, buffer)
-    bar.close()
-    rows = store.read()
-    if not rows.empty and "experiment" in rows.columns:
-        rows = rows[(rows["model"] == name) & rows["experiment"].notna()]
-        report.n_rows = len(rows)
-        report.n_ok = int((rows["status"] == "ok").sum())
-        report.n_unparseable = int((rows["status"] == "unparseable").sum())
-    return report
-
-
-@dataclass(frozen=True)
-class JudgeTask:
-    """:func:`run_judge` on a batch of ``(condition, sample)`` units, for ``--shard`` runs and
-    :func:`mmfragile.distributed.run_on_ray` (units grouped by sample)."""
-
-    runs: int = 1
-    variant: str = "original"
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    decoding: str = "sample"
-    temperature: float = DEFAULT_TEMPERATURE
-    top_p: float = DEFAULT_TOP_P
-    seed: int = 0
-    batch_size: int = 8
-    flush_every: int = 32
-    progress: bool = False
-
-    @staticmethod
-    def group_of(unit: tuple[str, JudgeSample]) -> str:
-        return sample_group(unit[1])
-
-    def __call__(self, judge: MLLM, units: list, store: Any, shard: Any) -> JudgeRunReport:
-        return run_judge(judge, units, store, runs=self.runs, variant=self.variant, max_new_tokens=self.max_new_tokens,
-                         decoding=self.decoding, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
-                         batch_size=self.batch_size, flush_every=self.flush_every, progress=self.progress,
-                         shard=shard)
-
-
-@dataclass(frozen=True)
-class PairwiseTask:
-    """:func:`run_pairwise` on a batch of :class:`PairItem` s, for ``--shard`` runs and
-    :func:`mmfragile.distributed.run_on_ray` (units grouped by sample)."""
-
-    runs: int = 1
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    decoding: str = "sample"
-    temperature: float = DEFAULT_TEMPERATURE
-    top_p: float = DEFAULT_TOP_P
-    seed: int = 0
-    batch_size: int = 8
-    flush_every: int = 32
-    progress: bool = False
-
-    @staticmethod
-    def group_of(unit: PairItem) -> str:
-        return question_group(unit.dataset, unit.sample_id)
-
-    def __call__(self, judge: MLLM, units: list, store: Any, shard: Any) -> JudgeRunReport:
-        return run_pairwise(judge, units, store, runs=self.runs, max_new_tokens=self.max_new_tokens,
-                            decoding=self.decoding, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
-                            batch_size=self.batch_size, flush_every=self.flush_every, progress=self.progress,
-                            shard=shard)
-
-
 # ---------------------------------------------------------------------------------------------- self-enhancement
 def selfgen_samples(samples: Sequence[JudgeSample]) -> list[JudgeSample]:
     """One unbiased sample per source item (``meta["item_id"]``; the first one seen), the queries every
@@ -667,65 +436,31 @@ def selfgen_samples(samples: Sequence[JudgeSample]) -> list[JudgeSample]:
     return out
 
 
-def _safe(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._@-]+", "_", str(s))
+def selfgen_sample(source: JudgeSample, response: str, generator: str) -> JudgeSample:
+    """``source``'s query and image with ``generator``'s ``response``, as an unbiased sample
+    ``<item_id>@<generator>`` of dataset ``<dataset>-selfgen`` (``gold_score`` None, ``meta["generator"]``)."""
+    item = str(source.meta.get("item_id", source.sample_id))
+    g = source.copy()
+    g.sample_id = f"{item}@{safe_name(generator)}"
+    g.response = response
+    g.gold_score = None
+    g.meta.update(generator=generator, dataset=_dataset(source) + SELFGEN_DATASET_SUFFIX, kind="generated",
+                  perturbation=UNPERTURBED, source_sample=source.sample_id)
+    return g
 
 
-def generate_responses(generator: MLLM, samples: Sequence[JudgeSample], *, name: str | None = None,
-                       max_new_tokens: int = 48, cache_file: str | Path | None = None) -> list[JudgeSample]:
-    """Responses of ``generator`` (greedy, the query as the whole user turn, images attached) to one sample
-    per item (:func:`selfgen_samples`), as new unbiased samples ``<item_id>@<name>`` with
-    ``meta["generator"] = name`` (default ``generator.name``) and ``meta["dataset"] = <dataset>-selfgen``;
-    ``gold_score`` None. A text-only generator answers only the text-only items. With ``cache_file`` (JSONL)
-    responses are read back instead of regenerated."""
-    name = name or generator.name
-    items = [s for s in selfgen_samples(samples) if _can_take(generator, len(s.images))]
-    cached: dict[str, str] = {}
-    if cache_file is not None and Path(cache_file).exists():
-        for line in Path(cache_file).read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                cached[rec["item_id"]] = rec["response"]
-    missing = [s for s in items if str(s.meta.get("item_id", s.sample_id)) not in cached]
-    if missing:
-        outs = generator.generate([Prompt(text=s.query, images=list(s.images)) for s in missing],
-                                  max_new_tokens=max_new_tokens)
-        for s, o in zip(missing, outs):
-            cached[str(s.meta.get("item_id", s.sample_id))] = o.strip()
-        if cache_file is not None:
-            Path(cache_file).parent.mkdir(parents=True, exist_ok=True)
-            with open(cache_file, "w", encoding="utf-8") as f:
-                for k, v in cached.items():
-                    f.write(json.dumps({"item_id": k, "generator": name, "response": v}, ensure_ascii=False) + "\n")
-    out = []
-    for s in items:
-        item = str(s.meta.get("item_id", s.sample_id))
-        g = s.copy()
-        g.sample_id = f"{item}@{_safe(name)}"
-        g.response = cached[item]
-        g.gold_score = None
-        g.meta.update(generator=name, dataset=_dataset(s) + SELFGEN_DATASET_SUFFIX, kind="generated",
-                      perturbation=UNPERTURBED, source_sample=s.sample_id)
-        out.append(g)
-    return out
+def selfgen_group(sample: JudgeSample) -> str:
+    """The question group of a self-generated sample: its source sample's, so that the generators' responses and
+    the judge's scores of them fall in the same shard."""
+    source = str(sample.meta.get("dataset", DATASET)).removesuffix(SELFGEN_DATASET_SUFFIX)
+    return question_group(source, sample.meta.get("source_sample", sample.sample_id))
 
 
 def reference_responses(samples: Sequence[JudgeSample], kind: str = "good", name: str = "reference") -> list[JudgeSample]:
     """The dataset's own responses of ``meta["kind"] == kind`` (the correct ones by default) as a further
     "generator" ``name`` for the self-enhancement comparison - a quality anchor next to the models'
-    responses (same ids and dataset scheme as :func:`generate_responses`)."""
-    out = []
-    for s in samples:
-        if s.meta.get("kind") != kind:
-            continue
-        item = str(s.meta.get("item_id", s.sample_id))
-        g = s.copy()
-        g.sample_id = f"{item}@{_safe(name)}"
-        g.gold_score = None
-        g.meta.update(generator=name, dataset=_dataset(s) + SELFGEN_DATASET_SUFFIX, kind="generated",
-                      perturbation=UNPERTURBED, source_sample=s.sample_id)
-        out.append(g)
-    return out
+    responses (same ids and dataset scheme as the generators' responses, :func:`selfgen_sample`)."""
+    return [selfgen_sample(s, s.response, name) for s in samples if s.meta.get("kind") == kind]
 
 
 # ---------------------------------------------------------------------------------------------- stores, tables

@@ -20,31 +20,32 @@ Protocol (seed ``promptception``):
 * App. F: video inputs are frames sampled by :func:`sample_frames` (1 fps capped at N frames in the
   paper, N = 16-64 depending on the model; here ``n_frames`` / ``fps`` per run).
 
-Results go through :func:`mmfragile.evaluate.run_items` into a resumable
+Results go through :func:`mmfragile.runner.run_items` into a resumable
 :class:`~mmfragile.store.ResultStore` at ``<results_dir>/<model>/<dataset>`` (:func:`store_dir`).
 """
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from mmfragile.evaluate import EvalItem
+from mmfragile.runner import EvalItem
 from mmfragile.extraction import extract_answer, is_refusal
 from mmfragile.models.base import MLLM
 from mmfragile.data.video import IMAGE_EXTS, VIDEO_EXTS, frame_indices, question_frames, sample_frames  # noqa: F401
 from mmfragile.studies.promptception.prompts import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
 from mmfragile.schema import DataError, MCQuestion, bad_row, options_in_image, row_where
+from mmfragile.models.spec import ModelSpec, figure_note_for
+from mmfragile.paths import safe_name
 from mmfragile.store import find_stores
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn",
-    "PromptceptionTask", "frame_indices",
+    "frame_indices",
     "sample_frames", "select_questions", "store_dir", "run_config", "load_results", "accuracy_frame",
     "load_accuracy", "split_zero_baselines", "figure_note_for", "summarize_run",
 ]
@@ -65,11 +66,11 @@ class PromptceptionItem(EvalItem):
     options: list[str] = field(default_factory=list)
 
 
-def resolve_model_kind(model: MLLM | str, model_kind: str = "auto") -> str:
+def resolve_model_kind(model: "MLLM | ModelSpec | str", model_kind: str = "auto") -> str:
     """The prompt variant of Appendix A: ``model_kind`` "open" / "proprietary" as given; "auto" gives
     "proprietary" for OpenAI-compatible API models (or ``openai:`` model specs) and "open" for everything else."""
     if model_kind == "auto":  # API models get the proprietary variant (Appendix A), local ones the open one
-        api = model.startswith("openai:") if isinstance(model, str) else type(model).__name__ == "OpenAIChatModel"
+        api = model.api if isinstance(model, MLLM) else ModelSpec.parse(model).backend == "openai"
         return "proprietary" if api else "open"
     return model_kind
 
@@ -112,7 +113,7 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
     text_only_skips: list[str] = []
     for rec in questions.to_dict("records"):
         q = MCQuestion.from_row(rec)
-        if q.images and not getattr(model, "supports_images", True):
+        if q.images and not model.supports_images:
             text_only_skips.append(q.question_id)
             continue
         try:
@@ -125,7 +126,7 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
             continue
         items += new
     if text_only_skips:
-        warnings.warn(f"{getattr(model, 'name', 'model')} is text-only: skipped {len(text_only_skips)} question(s) "
+        warnings.warn(f"{model.name} is text-only: skipped {len(text_only_skips)} question(s) "
                       f"with images ({text_only_skips[:5]}{' ...' if len(text_only_skips) > 5 else ''})", stacklevel=2)
     items.sort(key=lambda it: (it.group, it.max_new_tokens))  # stable: prompt order kept within a question
     return items
@@ -195,54 +196,6 @@ def make_score_fn(extractor_model: MLLM | None = None, exclude_refusals: bool = 
     return score
 
 
-_EXTRACTORS: dict[str, MLLM] = {}
-
-
-def _extractor_model(spec: str | None, model: MLLM) -> MLLM | None:
-    """The stage-2 matcher ``spec`` (the evaluated model itself if it has that name), loaded once per process."""
-    if not spec:
-        return None
-    if spec == model.name:
-        return model
-    if spec not in _EXTRACTORS:
-        from mmfragile.api import load_model
-
-        _EXTRACTORS[spec] = load_model(spec)
-    return _EXTRACTORS[spec]
-
-
-@dataclass(frozen=True)
-class PromptceptionTask:
-    """Every question of a batch x prompt type through :func:`mmfragile.evaluate.run_items` with the two-stage
-    scoring of :func:`make_score_fn` - the notebook's run as one picklable call, for ``--shard`` runs and
-    :func:`mmfragile.distributed.run_on_ray` (``extractor`` is a model spec, loaded once per worker)."""
-
-    prompt_ids: tuple[str, ...] | None = None
-    model_kind: str = "auto"
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    n_frames: int | None = None
-    fps: float | None = None
-    extractor: str | None = None
-    exclude_refusals: bool = False
-    match_text: bool = False
-    batch_size: int = 16
-    flush_every: int = 256
-    progress: bool = False
-
-    def __call__(self, model: MLLM, units: list[dict], store: Any, shard: Any) -> None:
-        from mmfragile.evaluate import run_items
-        from mmfragile.shards import Shard
-
-        shard = Shard.parse(shard)
-        questions = shard.questions(pd.DataFrame(units))
-        items = promptception_items(model, questions, self.prompt_ids, model_kind=self.model_kind,
-                                    max_new_tokens=self.max_new_tokens, n_frames=self.n_frames, fps=self.fps)
-        score = make_score_fn(_extractor_model(self.extractor, model), exclude_refusals=self.exclude_refusals,
-                              match_text=self.match_text)
-        run_items(model, items, store, score, batch_size=self.batch_size, flush_every=self.flush_every,
-                  progress=self.progress, shard=shard)
-
-
 # ---------------------------------------------------------------------------------------------- runs
 def select_questions(questions: pd.DataFrame, n: int | None = None) -> pd.DataFrame:
     """``n`` questions spread evenly over modalities (order :data:`MODALITY_ORDER`, then others) and,
@@ -268,13 +221,9 @@ def select_questions(questions: pd.DataFrame, n: int | None = None) -> pd.DataFr
     return df.loc[order].reset_index(drop=True)
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._@=-]+", "_", str(name)).strip("_") or "_"
-
-
 def store_dir(results_dir: str | Path, model: str, dataset: str) -> Path:
     """``<results_dir>/<model>/<dataset>`` with characters unsafe in file names replaced by ``_``."""
-    return Path(results_dir) / _safe(model) / _safe(dataset)
+    return Path(results_dir) / safe_name(model) / safe_name(dataset)
 
 
 def run_config(model: str, dataset: str, model_kind: str = "open", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -361,13 +310,6 @@ def split_zero_baselines(acc: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]
     return acc[np.asarray(keep, dtype=bool)].reset_index(drop=True), bad.reset_index(drop=True)
 
 
-def figure_note_for(models: Iterable[str]) -> str | None:
-    """The footer for figures of these models: the notes of the embedded ones (random vision tower,
-    text-only), joined; None when no embedded model is involved."""
-    from mmfragile.api import figure_note
-
-    notes = list(dict.fromkeys(n for n in (figure_note(str(m)) for m in models) if n))
-    return "; ".join(notes) or None
 
 
 def summarize_run(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:

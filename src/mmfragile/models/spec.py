@@ -1,0 +1,199 @@
+"""A model spec, parsed once: backend x source x keyword arguments.
+
+Every entrance (the CLI, the notebooks, :func:`mmfragile.run_study`, a Ray driver) turns the user's string into a
+:class:`ModelSpec` first. Its :attr:`~ModelSpec.name` names result stores and the Ray driver's store *before* any
+model loads, and :meth:`~ModelSpec.figure_note` gives figure footers; :meth:`~ModelSpec.load` is the only place a
+spec becomes a model.
+
+Spec strings (the backend prefix is optional; ``hf`` by default):
+
+* ``smollm2`` | ``gemma3`` | ``smollm2-vlm`` | ``smollm2-vlm-hd`` | ``tiny-vlm`` (optionally ``@seed``): embedded
+  defaults (the ``-vlm`` ones have RANDOM vision towers: for tests);
+* ``zoo-*``: the model zoo - real LMs with vision towers trained here (:mod:`mmfragile.models.zoo`);
+* a local checkpoint folder, or a model id already in the HF cache (never downloaded: ``HF_HUB_OFFLINE=1``);
+* ``vllm:<any of the above>``: the same checkpoint in an offline vLLM engine;
+* ``openai:<base_url>::<model>``: an OpenAI-compatible server (vLLM serve, llama.cpp, an API).
+
+Keyword arguments (``max_pixels``, ``trust_remote_code``, ``batch_size``, ``tensor_parallel_size`` ...) go to the
+backend's constructor; on the command line they are ``--model-args k=v,k=v`` (values read as YAML scalars).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+BACKENDS = ("hf", "vllm", "openai")
+
+#: footers of figures made with a model that does not really see (tests and smoke runs)
+_NOTES = {
+    "tiny-vlm": "embedded tiny-vlm: RANDOM weights throughout (a test model, not a real VLM)",
+    "smollm2-vlm": None,   # filled in from the embedded module (EMBEDDED_NOTE) on first use
+    "smollm2-vlm-hd": None,
+    "smollm2": "embedded default: SmolLM2-135M-Instruct (text only)",
+    "gemma3": "embedded: Gemma-3-270M base (text only)",
+}
+
+
+def parse_model_args(text: str | None) -> dict[str, Any]:
+    """``"max_pixels=1048576,trust_remote_code=true"`` -> ``{"max_pixels": 1048576, "trust_remote_code": True}``
+    (values as YAML scalars; an empty string gives ``{}``)."""
+    out: dict[str, Any] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--model-args wants key=value pairs separated by commas, got {part!r}")
+        out[key.strip()] = yaml.safe_load(value.strip())
+    return out
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load: ``backend`` (hf, vllm, openai), ``source`` (embedded or zoo name, folder, cached model id,
+    or ``<base_url>::<model>``) and the constructor's keyword arguments (a sorted tuple of pairs: hashable and
+    picklable for Ray)."""
+
+    backend: str
+    source: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, spec: "str | ModelSpec", backend: str | None = None, **kwargs: Any) -> "ModelSpec":
+        """A spec string (or a spec, whose keyword arguments ``kwargs`` extend) -> :class:`ModelSpec`."""
+        if isinstance(spec, ModelSpec):
+            return spec if not kwargs and backend in (None, spec.backend) else \
+                cls(backend or spec.backend, spec.source, tuple(sorted({**spec.options, **kwargs}.items())))
+        text = str(spec).strip()
+        if not text:
+            raise ValueError("empty model spec")
+        prefix, sep, rest = text.partition(":")
+        if sep and prefix in ("vllm", "openai"):
+            if backend not in (None, prefix, "hf"):
+                raise ValueError(f"model spec {text!r} names backend {prefix!r} but backend={backend!r} was given")
+            backend, text = prefix, rest
+        backend = backend or "hf"
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be 'hf' or 'vllm' (or an openai:<url>::<model> spec), not {backend!r}")
+        if backend == "openai" and "::" not in text:
+            raise ValueError(f"openai model spec needs '<base_url>::<model>', got {spec!r}")
+        return cls(backend, text, tuple(sorted(kwargs.items())))
+
+    # ------------------------------------------------------------------ what it is
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.kwargs)
+
+    @property
+    def base_name(self) -> str:
+        """The source without an ``@seed`` suffix."""
+        return self.source.partition("@")[0]
+
+    @property
+    def kind(self) -> str:
+        """``embedded``, ``zoo``, ``api``, ``folder`` (a local checkpoint) or ``cached`` (a model id in the HF cache)."""
+        from mmfragile.models.embedded import EMBEDDED_MODELS
+        from mmfragile.models.zoo import ZOO_MODELS
+
+        if self.backend == "openai":
+            return "api"
+        if self.source in ZOO_MODELS:
+            return "zoo"
+        if self.base_name in EMBEDDED_MODELS:
+            return "embedded"
+        return "folder" if Path(self.source).exists() else "cached"
+
+    @property
+    def name(self) -> str:
+        """The model's name in result stores, figures and reports - the name the loaded model carries."""
+        if "name" in self.options:
+            return str(self.options["name"])
+        if self.backend == "openai":
+            return self.source.partition("::")[2]
+        if self.kind in ("embedded", "zoo"):
+            return self.source
+        return Path(self.source.rstrip("/")).name or self.source
+
+    def figure_note(self) -> str | None:
+        """The footer of every figure made with this model where it does not really see (random vision tower,
+        random weights, text only); None for a model whose answers are real."""
+        if self.base_name in ("smollm2-vlm", "smollm2-vlm-hd"):
+            from mmfragile.models.embedded import EMBEDDED_NOTE
+
+            return EMBEDDED_NOTE
+        return _NOTES.get(self.base_name)
+
+    def __str__(self) -> str:
+        head = "" if self.backend == "hf" else f"{self.backend}:"
+        return head + self.source + "".join(f" {k}={v}" for k, v in self.kwargs)
+
+    # ------------------------------------------------------------------ loading
+    def load(self):
+        """The model (:class:`~mmfragile.models.base.MLLM`). No network: a model id must be in the HF cache."""
+        model = self._load({k: v for k, v in self.kwargs if k != "name"})
+        model.name = self.name
+        return model
+
+    def _load(self, kw: dict[str, Any]):
+        if self.backend == "openai":
+            from mmfragile.models.openai_api import OpenAIChatModel
+
+            url, _, model = self.source.partition("::")
+            return OpenAIChatModel(url, model, **kw)
+        kind = self.kind
+        if self.backend == "vllm":
+            from mmfragile.models.vllm_backend import VLLMModel
+
+            return VLLMModel(self._checkpoint(kind), **kw)
+        if kind == "zoo":
+            from mmfragile.models.zoo import load_zoo
+
+            return load_zoo(self.source, **kw)
+        if kind == "embedded":
+            from mmfragile.models.embedded import load_embedded
+
+            return load_embedded(self.base_name, seed=int(self.source.partition("@")[2] or 0), **kw)
+        from mmfragile.models.hf import HFModel
+
+        if kind == "cached":
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # only the local HF cache, never the network
+        return HFModel.from_pretrained(self.source, **kw)
+
+    def _checkpoint(self, kind: str) -> Path:
+        """The checkpoint folder vLLM loads."""
+        if kind == "embedded":
+            from mmfragile.models.embedded import embedded_model_path
+
+            return embedded_model_path(self.base_name, int(self.source.partition("@")[2] or 0))
+        if kind == "zoo":
+            from mmfragile.models.zoo import zoo_model_path
+
+            return zoo_model_path(self.source)
+        if kind == "folder":
+            return Path(self.source)
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+
+        try:  # a model id already in the HF cache, as for the HF backend; never a download
+            return Path(snapshot_download(self.source, local_files_only=True))
+        except (LocalEntryNotFoundError, ValueError) as e:
+            raise FileNotFoundError(f"vllm:{self.source}: neither an embedded model, a local folder nor a model id "
+                                    f"in the local HF cache ({e})") from e
+
+
+def figure_note_for(models) -> str | None:
+    """One footer for a figure of several models (their specs or names): the distinct notes of those that do not
+    really see, joined; None when every model's answers are real."""
+    notes = list(dict.fromkeys(n for n in (ModelSpec.parse(str(m)).figure_note() for m in models) if n))
+    return "; ".join(notes) or None
+
+
+def as_spec(model: "str | ModelSpec", backend: str | None = None, model_args: Mapping[str, Any] | str | None = None,
+            **kwargs: Any) -> ModelSpec:
+    """``model`` (+ ``model_args``, a mapping or ``"k=v,..."``) as a :class:`ModelSpec`."""
+    extra = parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
+    return ModelSpec.parse(model, backend, **{**extra, **kwargs})

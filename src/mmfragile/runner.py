@@ -1,0 +1,195 @@
+"""The one run loop: evaluation items through a model into a resumable per-question result store.
+
+An :class:`EvalItem` is one model call - a *request* in lm-evaluation-harness' sense - plus the columns that
+identify it (``dataset``, ``question_id``, ``variant``) and describe it (format factors, prompt id, perturbation
+...). Three kinds of request cover every study:
+
+* ``"generate"`` - greedy decoding; where the item lists ``option_ids`` their first-token logits are stored too
+  (study 1's confidence bins and PriDe; study 2; the judge's greedy mode and self-generated responses);
+* ``"sample"`` - seeded sampled decoding (the judge's repeated runs): the text of an item depends only on its
+  ``seed``, never on its batch;
+* ``"loglikelihood"`` - the log-probability of ``continuation`` after the prompt (CP-LN).
+
+:func:`run_items` is the only loop that declares, resumes, batches, flushes and reports progress: it skips items
+already in the store, declares the keys of its shard in the store's manifest, runs the rest - ``generate`` through
+the prefix-sharing engine where the backend allows it (whole question groups), else batched - scores each output
+with the study's ``score_fn`` and appends rows as it goes, so a killed run resumes where it stopped without losing
+or duplicating a row. Studies build items (:mod:`mmfragile.studies`); :mod:`mmfragile.study` runs them by stage,
+shard, Ray task or budget.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any, Callable, Iterable, Sequence
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from mmfragile.extraction import score_exact_match
+from mmfragile.engine import EngineInexact, PrefixSharingEngine, engine_refusal
+from mmfragile.models.base import MLLM, Prompt
+from mmfragile.shards import Shard, question_group
+from mmfragile.store import ResultStore
+
+REQUESTS = ("generate", "sample", "loglikelihood")
+
+
+@dataclass
+class EvalItem:
+    key: dict[str, Any]            # must hold dataset, question_id, variant; any extra columns are stored too
+    prompt: Prompt
+    option_ids: list[str] = field(default_factory=list)   # generate: candidates whose first-token logits are kept
+    answer_id: str | None = None
+    max_new_tokens: int = 1
+    group: str = ""                # items of one group share images and (most of) their prompt prefix
+    request: str = "generate"      # generate | sample | loglikelihood
+    continuation: str = ""         # loglikelihood: the scored text
+    seed: int | None = None        # sample: this item's own random stream
+    temperature: float = 1.0       # sample
+    top_p: float = 1.0             # sample
+
+    def __post_init__(self):
+        if self.request not in REQUESTS:
+            raise ValueError(f"request must be one of {REQUESTS}, not {self.request!r}")
+        if self.request == "sample" and self.seed is None:
+            raise ValueError("a sampled request needs its seed")
+        if not self.group:
+            self.group = question_group(self.key["dataset"], self.key["question_id"])
+
+
+#: ``score_fn(output, item) -> columns``: output is the generated text (generate, sample) or the
+#: :class:`~mmfragile.models.base.LogLik` (loglikelihood)
+ScoreFn = Callable[[Any, EvalItem], dict[str, Any]]
+
+
+def exact_match_score(raw: str, item: EvalItem) -> dict[str, Any]:
+    """Format-bias scoring (Sec. A.3): exact match of the raw output, no answer extraction."""
+    covered, correct, selected = score_exact_match(raw, item.option_ids, item.answer_id)
+    return {"covered": covered, "correct": correct, "selected_position": selected}
+
+
+def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_fn: ScoreFn = exact_match_score,
+              mode: str = "auto", batch_size: int = 16, flush_every: int = 256, progress: bool = True,
+              desc: str | None = None, stop_after: int | None = None, shard: Shard | str | None = None,
+              unit: str = "q") -> pd.DataFrame:
+    """Evaluate the items not yet in ``store`` and return the store's full table.
+
+    ``mode`` (``generate`` requests): ``"engine"`` (prefix-sharing engine; refuses with the reason where it
+    cannot be exact), ``"generate"`` (one batched ``generate`` per batch - the naive path), or ``"auto"`` (the
+    engine where it is exact; a backend with fused answers and option scores - vLLM: one request per prompt, at
+    least ``model.batch_size`` prompts per call - uses that; elsewhere - a family the engine refuses, or a question
+    group whose variants it cannot share - batched ``generate`` plus ``option_logits``, with a warning naming the
+    reason). ``shard`` (``"i/n"`` or a :class:`~mmfragile.shards.Shard`): evaluate only the items of that shard's
+    question groups. The item keys are declared in the store's manifest under the shard's label first, so
+    ``mmfragile merge`` can check the run for completeness. ``stop_after`` ends the run after that many new rows
+    (used to simulate a killed run in tests). Items keep their order (a study sorts them as it likes batches)."""
+    if mode not in ("auto", "engine", "generate"):
+        raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
+    shard = Shard.parse(shard)
+    if shard.count > 1:
+        items = [it for it in items if shard.owns(it.group)]
+    keys = pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns)
+    if items:
+        store.declare(keys, shard.label)
+        if model.image_policy is not None and any(it.prompt.images for it in items):
+            store.pin_run_info("image_policy", model.image_policy)
+    todo = [it for it, p in zip(items, store.pending(keys)) if p]
+    call = _Caller(model, mode, batch_size, any(it.request == "generate" and it.option_ids for it in todo))
+    bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
+               unit=unit, smoothing=0.05)
+    buffer: list[dict] = []
+    written = 0
+    for chunk in call.chunks(todo):
+        for it, out in zip(chunk, call(chunk)):
+            buffer.append({"model": model.name, **it.key, **out.columns, **score_fn(out.value, it), **out.tail})
+        bar.update(len(chunk))
+        if len(buffer) >= flush_every:
+            written += store.append(buffer)
+            buffer.clear()
+        if stop_after is not None and written + len(buffer) >= stop_after:
+            break
+    written += store.append(buffer)
+    bar.close()
+    return store.read()
+
+
+@dataclass
+class _Output:
+    value: Any                       # what score_fn sees
+    columns: dict[str, Any]          # stored before the score's columns
+    tail: dict[str, Any] = field(default_factory=dict)   # stored after them
+
+
+class _Caller:
+    """How one run sends its requests to the model: chunking and the backend call per request kind."""
+
+    def __init__(self, model: MLLM, mode: str, batch_size: int, generates: bool):
+        """``generates``: the run has option-scored generate requests (the engine's work)."""
+        self.model, self.mode = model, mode
+        self.fused = mode == "auto" and model.fused_option_logits
+        self.batch_size = max(batch_size, model.batch_size) if self.fused else batch_size
+        refusal = engine_refusal(model) if generates and mode != "generate" and not self.fused else None
+        if refusal is not None and mode == "engine":
+            raise EngineInexact(f"{model.name}: {refusal}")
+        # where the engine is refused in auto mode, a model with exact option logits still stores them
+        self.stand_in_logits = mode == "auto" and model.exact_option_logits
+        if refusal is not None and self.stand_in_logits:  # say so, once
+            warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
+                          stacklevel=3)
+        self.engine = (PrefixSharingEngine(model, batch_size=batch_size)
+                       if generates and mode != "generate" and refusal is None and not self.fused else None)
+
+    def chunks(self, items: Sequence[EvalItem]) -> Iterable[list[EvalItem]]:
+        """Engine: all generate items of a group together (the engine batches internally); otherwise plain
+        batches of one request kind and one decoding setting, so every item gets its own protocol."""
+        def setting(it: EvalItem) -> tuple:
+            by_group = it.request == "generate" and bool(it.option_ids) and self.engine is not None
+            return (it.request, it.max_new_tokens, it.temperature, it.top_p, it.group if by_group else "")
+
+        for (request, *_, group), grp in groupby(items, key=setting):
+            grp = list(grp)
+            if group:
+                yield grp
+                continue
+            for s in range(0, len(grp), self.batch_size):
+                yield grp[s:s + self.batch_size]
+
+    def __call__(self, chunk: list[EvalItem]) -> list[_Output]:
+        m, prompts, request = self.model, [it.prompt for it in chunk], chunk[0].request
+        new_tokens = max(it.max_new_tokens for it in chunk)
+        if request == "loglikelihood":
+            lls = m.loglikelihood(prompts, [it.continuation for it in chunk])
+            return [_Output(ll, {"logprob": float(ll.logprob), "n_tokens": int(ll.n_tokens)}) for ll in lls]
+        if request == "sample":
+            if not m.can_sample:
+                raise TypeError(f"{m.name!r} cannot sample with a seed (no generate_sampled); use greedy decoding")
+            raws = m.generate_sampled(prompts, new_tokens, [it.seed for it in chunk], chunk[0].temperature,
+                                      chunk[0].top_p)
+            return [_Output(raw, {"raw_output": raw}) for raw in raws]
+        with_options = any(it.option_ids for it in chunk)
+        if not with_options:
+            return [_Output(raw, {"raw_output": raw}) for raw in m.generate(prompts, max_new_tokens=new_tokens)]
+        option_ids = [it.option_ids for it in chunk]
+        if self.fused:
+            raws, logits = m.generate_with_option_logits(prompts, option_ids, new_tokens)
+        elif self.engine is None:
+            raws, logits = self._naive(prompts, option_ids, new_tokens, self.stand_in_logits)
+        else:
+            try:
+                outs = self.engine.run_group(prompts, option_ids, new_tokens)
+                raws, logits = [o.text for o in outs], [o.option_logits for o in outs]
+            except EngineInexact as e:
+                if self.mode == "engine":
+                    raise
+                warnings.warn(f"{m.name}, {chunk[0].group}: {e}; this group runs through batched generate",
+                              stacklevel=3)
+                raws, logits = self._naive(prompts, option_ids, new_tokens, True)
+        return [_Output(raw, {"raw_output": raw, "option_ids": list(it.option_ids), "answer_id": it.answer_id},
+                        {"option_logits": None if lg is None else [float(x) for x in lg]})
+                for it, raw, lg in zip(chunk, raws, logits)]
+
+    def _naive(self, prompts, option_ids, new_tokens, with_logits):
+        raws = self.model.generate(prompts, max_new_tokens=new_tokens)
+        return raws, (self.model.option_logits(prompts, option_ids) if with_logits else [None] * len(prompts))

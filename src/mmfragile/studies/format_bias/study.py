@@ -1,0 +1,181 @@
+"""Study 1 as a :class:`~mmfragile.study.Study`: the format grid (48 formats + the standard one, every circular
+shift) and CP-LN's cloze log-likelihoods, each a stage of :func:`mmfragile.study.run_study`.
+
+``mmfragile run format-bias --model M --dataset D --out DIR [--cp-ln]`` (alias ``mmfragile formats``) and
+notebook ``30_format_bias_run`` run it; :mod:`mmfragile.studies.format_bias.analysis` reads the stores back.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pandas as pd
+
+from mmfragile.data.loaders import load_dataset
+from mmfragile.data.video import question_frames
+from mmfragile.models.base import MLLM
+from mmfragile.runner import EvalItem, exact_match_score
+from mmfragile.schema import DataError, MCQuestion, bad_row
+from mmfragile.shards import Shard
+from mmfragile.store import ResultStore
+from mmfragile.study import Param, RunContext, Stage, StageTask, Study, stored_keys, csv_list, register
+from mmfragile.studies.format_bias.analysis import CP_LN_STUDY, run_config, run_info, video_settings
+from mmfragile.studies.format_bias.items import STANDARD_FORMAT_COLUMN, format_bias_items, standard_formats_for
+from mmfragile.studies.format_bias.prompts import PromptFormat, build_cloze_prompt
+
+__all__ = ["STUDY", "run_format_bias", "run_cp_ln", "cloze_items", "cp_ln_score"]
+
+PARAMS = (
+    Param("formats", None, "format names (default: all 48 of Table 1)", csv_list),
+    Param("standard_format", None, "format of the 'standard' variant where Table 5 has none (e.g. "
+          "uppercase-dot-line_break), 'none' to leave that variant out (default: the dataset's Table 5 format)", str),
+    Param("mode", "auto", "auto: the prefix-sharing engine where exact; engine: refuse otherwise; generate: "
+          "batched generate", str, ("auto", "engine", "generate")),
+    Param("batch_size", 32, "prompts per batch (the engine sizes its own tail batches)", int),
+    Param("flush_every", 256, "rows per Parquet part (smaller: less lost on a kill)", int),
+    Param("n_frames", None, "frames per video question (video datasets)", int),
+    Param("fps", None, "sample video frames at this rate (capped by n_frames)", float),
+    Param("video_bounds", True, "sample inside the benchmark's start/end window (MVBench)", bool),
+    Param("skip_bad_rows", False, "leave bad input rows out (listed in the store's config.json) instead of "
+          "stopping", bool),
+    Param("cp_ln", False, "also CP-LN: the log-likelihood of every option text after the cloze prompt", bool),
+)
+
+
+# ============================================================================================== data
+def _standard(params: dict) -> tuple[bool, str | None]:
+    """``standard_format``: (include the standard variant, the format name to use or None for Table 5)."""
+    value = (params.get("standard_format") or "").strip()
+    if value.lower() == "none":
+        return False, None
+    try:
+        return True, (PromptFormat.from_name(value).name if value else None)
+    except ValueError as e:
+        raise ValueError(f"standard_format (--standard-format): {e}") from None
+
+
+def load(ctx: RunContext) -> pd.DataFrame:
+    """The question table; a dataset without a standard format stops here, before any model loads."""
+    qs = load_dataset(ctx.dataset, n=ctx.n, skip_bad_rows=ctx.params["skip_bad_rows"])
+    include, name = _standard(ctx.params)
+    if name:
+        attrs = dict(qs.attrs)
+        qs = qs.assign(**{STANDARD_FORMAT_COLUMN: name})
+        qs.attrs = attrs
+    elif include and ctx.budget is None:  # a budgeted run has no standard variant
+        standard_formats_for(qs)  # NoStandardFormat names what to pass
+    ctx.run_info = run_info(qs, [])
+    return qs
+
+
+def _config(ctx: RunContext, study: str = "format-bias") -> dict[str, Any]:
+    p = ctx.params
+    video = video_settings(ctx.data, p["n_frames"], p["fps"], p["video_bounds"])
+    cfg = run_config(ctx.model_name, ctx.dataset, ctx.n, p["formats"], study=study, video=video)
+    if study != CP_LN_STUDY and p["standard_format"]:
+        cfg["standard_format"] = _standard(p)[1] or "none"
+    return cfg
+
+
+# ============================================================================================== the grid
+def grid_items(model: MLLM, units: list, params: dict, skipped: list | None) -> list[EvalItem]:
+    fmts = [PromptFormat.from_name(f) for f in params["formats"]] if params["formats"] else None
+    include = _standard(params)[0] and not params["budgeted"]
+    return format_bias_items(model, pd.DataFrame(units), formats=fmts, include_standard=include,
+                             n_frames=params["n_frames"], fps=params["fps"], video_bounds=params["video_bounds"],
+                             skipped=skipped)
+
+
+# ============================================================================================== CP-LN
+def cloze_items(model: MLLM, units: list, params: dict, skipped: list | None) -> list[EvalItem]:
+    """CP-LN (Sec. 4.3, B.3 Eq. 9-10): per question and option, the option text as the continuation of the cloze
+    prompt (:func:`build_cloze_prompt`: the question and its images, no options, IDs or instruction); key
+    ``variant`` = the option index in canonical order. Video questions are shown as the frames the grid shows."""
+    items = []
+    for rec in units:
+        q = MCQuestion.from_row(rec)
+        try:
+            cz = build_cloze_prompt(q)
+            if q.modality == "video" and q.images:
+                cz.images = question_frames(rec, n_frames=params["n_frames"], fps=params["fps"],
+                                            use_bounds=params["video_bounds"], require_budget=True)
+        except DataError as e:
+            if skipped is None:
+                raise
+            skipped.append(bad_row(rec, e))
+            continue
+        prompt = cz.to_prompt()
+        for k, text in enumerate(cz.continuations):
+            items.append(EvalItem(
+                key={"dataset": q.dataset, "question_id": q.question_id, "variant": str(k), "option": k,
+                     "option_text": text, "answer": int(q.answer), "n_options": len(q.options),
+                     "category": q.category, "modality": q.modality},
+                prompt=prompt, request="loglikelihood", continuation=text))
+    return items
+
+
+def cp_ln_score(ll, item: EvalItem) -> dict[str, Any]:
+    """Eq. 10's length normalisation: the option's mean log-probability per token."""
+    return {"mean_logprob": float(ll.logprob) / max(int(ll.n_tokens), 1)}
+
+
+STUDY = register(Study(
+    name="format-bias",
+    title="Prompt-format bias in multiple-choice VQA (48 formats x circular evaluation)",
+    paper="format-bias-mcvqa",
+    params=PARAMS,
+    load=load,
+    stages=(
+        Stage("grid", units=lambda ctx: ctx.data.to_dict("records"), items=grid_items,
+              score=lambda model, params: exact_match_score, config=_config, budget="format-bias",
+              run_kw=lambda p: {"mode": p["mode"], "batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
+        Stage("cp_ln", store="cp_ln", units=lambda ctx: ctx.data.to_dict("records"), items=cloze_items,
+              score=lambda model, params: cp_ln_score, config=lambda ctx: _config(ctx, CP_LN_STUDY),
+              when=lambda p: p["cp_ln"], run_kw=lambda p: {"batch_size": p["batch_size"]}, unit="option"),
+    ),
+    summarize=lambda stores: {"per_format": _per_format(stores["grid"].read())} if "grid" in stores else {},
+    default_dataset="easy-vqa",
+))
+
+
+def _per_format(rows: pd.DataFrame) -> pd.DataFrame:
+    """Exact-match accuracy and coverage (%) per format, best first (what ``mmfragile formats`` prints)."""
+    if rows.empty:
+        return rows
+    acc = rows.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
+    return acc.sort_values("correct", ascending=False)
+
+
+# ============================================================================================== API
+def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, *, shard: Shard | str | None = None,
+                    budget: float | int | None = None, budget_seed: int = 0, adaptive: bool = False,
+                    progress: bool = True, **params: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The grid stage on a question table into ``store`` (what notebooks and tests call with a loaded model);
+    returns the store's table and timing ``{n_questions, n_new, n_new_questions, seconds, s_per_question,
+    s_per_item}`` (per *newly evaluated* question / row; NaN if nothing was left to run). ``params``: the
+    study's parameters (``formats`` as names or :class:`PromptFormat` s, ``mode``, ...)."""
+    if params.get("formats"):
+        params["formats"] = [f.name if isinstance(f, PromptFormat) else str(f) for f in params["formats"]]
+    if budget is not None and Shard.parse(shard).count > 1:
+        raise ValueError("a budgeted run chooses its cells over the whole grid: run it without --shard")
+    store.add_skipped_rows(run_info(questions, [])["skipped_rows"])
+    before, t0 = stored_keys(store), time.perf_counter()
+    StageTask("format-bias", "grid", tuple(sorted(STUDY.resolve(params).items())), budget, adaptive, budget_seed,
+              progress=progress)(model, questions.to_dict("records"), store, shard)
+    dt = time.perf_counter() - t0
+    new = stored_keys(store) - before
+    n_q = len({k[:2] for k in new})
+    timing = {"n_questions": len(Shard.parse(shard).questions(questions)), "n_new": len(new), "n_new_questions": n_q,
+              "seconds": dt, "s_per_question": dt / n_q if n_q else float("nan"),
+              "s_per_item": dt / len(new) if new else float("nan")}
+    return store.read(), timing
+
+
+def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, *, progress: bool = True,
+              shard: Shard | str | None = None, **params: Any) -> pd.DataFrame:
+    """The CP-LN stage on a question table into ``store`` (one row per question x option: ``option,
+    option_text, logprob, n_tokens, mean_logprob, answer, n_options, category, modality``); resumable."""
+    store.add_skipped_rows(run_info(questions, [])["skipped_rows"])
+    StageTask("format-bias", "cp_ln", tuple(sorted(STUDY.resolve(params).items())), progress=progress)(
+        model, questions.to_dict("records"), store, shard)
+    return store.read()

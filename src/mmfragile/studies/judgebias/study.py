@@ -1,0 +1,333 @@
+"""Study 3 as a :class:`~mmfragile.study.Study`: an MLLM judge under the nine perturbations of Table 1.
+
+Stages (each into a store under the results folder, shared by every judge - the judge is the store's ``model``):
+
+* ``scores`` (``scores/``): every condition x prompt variant x run, score-wise (Fig. 11 prompt), seeded sampled
+  decoding (or greedy);
+* ``pairwise`` (``pairwise/``, with ``pairwise``): position and verbosity pairs (App. H, Fig. 12 prompt);
+* ``responses`` (``responses/``, with ``self_generators``): each generator - the judge itself and the
+  ``self_generators`` - answers one query per item, greedily;
+* ``selfgen`` (``scores/``, with ``self_generators``): the judge scores those responses (and, with
+  ``self_reference``, the dataset's correct ones) - self-enhancement, App. H.
+
+``mmfragile run judge --model JUDGE --out DIR`` (alias ``mmfragile judge``) and notebook ``50_judgebias_run``
+run it; :mod:`mmfragile.studies.judgebias.analysis` turns the stores into the tables of the metrics module.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from mmfragile.models.base import MLLM, Prompt
+from mmfragile.models.spec import ModelSpec
+from mmfragile.runner import EvalItem, ScoreFn
+from mmfragile.shards import Shard, question_group
+from mmfragile.store import ResultStore
+from mmfragile.study import Param, RunContext, Stage, StageTask, Study, csv_list, register
+from mmfragile.studies.judgebias.analysis import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
+                                                  EXPERIMENTS, JudgeRunReport, PairItem, _can_take, _check_decoding,
+                                                  _choice_row, _dataset, _score_row, build_judge_conditions,
+                                                  judgment_seed, parse_failure_table, parse_prompt_variant,
+                                                  position_pairs, reference_responses, release_conditions,
+                                                  sample_group, selfgen_group, selfgen_sample, selfgen_samples,
+                                                  store_config, verbosity_pairs)
+from mmfragile.studies.judgebias.data import JudgeSample, load_judge_dataset, make_judge_set
+from mmfragile.studies.judgebias.metrics import PERTURBATIONS
+from mmfragile.studies.judgebias.prompts import pairwise_prompt, score_prompt
+
+__all__ = ["STUDY", "JudgeData", "run_judge", "run_pairwise", "generate_responses", "score_items", "pair_items"]
+
+PARAMS = (
+    Param("n_samples", 8, "image scenes of the synthetic judge set (release: samples read)", int),
+    Param("seed", 0, "seed of the judge set, the perturbations and the sampled runs", int),
+    Param("perturbations", list(PERTURBATIONS), "perturbations of Table 1 (default: all nine)", csv_list),
+    Param("prompt_variants", ["original"], "score-prompt variants: original, na, score_guide, constraints, "
+          "reasoning, <v>+na", csv_list),
+    Param("runs", 2, "sampled runs per judgment (the paper's repeated judgments)", int),
+    Param("decoding", "sample", "sample: seeded runs; greedy: deterministic (every run repeats run 0)", str,
+          ("sample", "greedy")),
+    Param("temperature", DEFAULT_TEMPERATURE, "sampling temperature", float),
+    Param("top_p", DEFAULT_TOP_P, "nucleus sampling", float),
+    Param("max_new_tokens", DEFAULT_MAX_NEW_TOKENS, "score-wise judgment budget (the paper allows 16384)", int),
+    Param("pairwise", False, "also the position and verbosity pairs (Sec. 4.3)", bool),
+    Param("pairwise_max_new_tokens", 64, "pairwise judgment budget", int),
+    Param("self_generators", None, "other response generators for self-enhancement (the judge is always one); "
+          "unset: no self-enhancement", csv_list),
+    Param("self_reference", True, "with self-enhancement: also score the dataset's correct responses", bool),
+    Param("generator_max_new_tokens", 48, "budget of the generators' responses", int),
+    Param("batch_size", 16, "prompts per batch", int),
+    Param("flush_every", 32, "rows per Parquet part", int),
+    Param("skip_bad_rows", False, "release data: leave bad records out (listed in the stores' config.json)", bool),
+)
+
+
+@dataclass
+class JudgeData:
+    """The driver's data: the unbiased samples and every (condition, sample) to judge."""
+
+    samples: list[JudgeSample]
+    conditions: list[tuple[str, JudgeSample]]
+
+
+def load(ctx: RunContext) -> JudgeData:
+    """The synthetic judge set (``dataset`` "synthetic", written under ``<folder>/data``, perturbed inputs saved
+    for audit under ``<folder>/audit``) or the released benchmark (``mm-judgebias:<data>[::<images>]``)."""
+    p = ctx.params
+    _check_decoding(p["decoding"], p["runs"])
+    if ctx.dataset in (None, "synthetic", DATASET):
+        samples = make_judge_set(p["n_samples"], p["seed"], ctx.folder / "data")
+        conditions = build_judge_conditions(samples, p["perturbations"], p["seed"], ctx.folder / "audit")
+        bad: list[dict] = []
+    else:
+        bad = []
+        samples = load_judge_dataset(ctx.dataset, n=p["n_samples"], skipped=bad if p["skip_bad_rows"] else None)
+        conditions = release_conditions(samples, p["perturbations"])
+    ctx.run_info = {"n_samples": len(samples), "skipped_rows": bad}
+    return JudgeData(samples, conditions)
+
+
+def _config(kind: str):
+    def config(ctx: RunContext) -> dict[str, Any]:
+        p = ctx.params
+        extra = {} if ctx.dataset in (None, "synthetic", DATASET) else {"dataset": ctx.dataset}
+        return {**store_config(seed=p["seed"], n_samples=p["n_samples"], max_new_tokens=p["max_new_tokens"],
+                               decoding=p["decoding"], temperature=p["temperature"], top_p=p["top_p"],
+                               pairwise_max_new_tokens=p["pairwise_max_new_tokens"],
+                               generator_max_new_tokens=p["generator_max_new_tokens"], **extra), "kind": kind}
+    return config
+
+
+def _decoding(params: dict, seed: int) -> dict[str, Any]:
+    """An item's request and the decoding columns it stores."""
+    sample = params["decoding"] == "sample"
+    item = {"request": "sample", "seed": seed, "temperature": params["temperature"], "top_p": params["top_p"]} \
+        if sample else {"request": "generate"}
+    columns = {"decoding": params["decoding"], "temperature": float(params["temperature"]) if sample else float("nan"),
+               "top_p": float(params["top_p"]) if sample else float("nan"), "sample_seed": str(seed) if sample else ""}
+    return {"item": item, "columns": columns}
+
+
+def _warn_skipped(judge: MLLM, n: int, what: str) -> None:
+    if n:
+        warnings.warn(f"{judge.name} cannot read images; {n} {what} with images skipped (all runs)")
+
+
+# ============================================================================================== score-wise
+def score_items(judge: MLLM, units: Sequence[tuple[str, JudgeSample]], params: dict,
+                skipped: list | None = None, group_of=None) -> list[EvalItem]:
+    """Every ``(condition, sample)`` x prompt variant x run as a score-wise judgment. Key: ``model`` (the judge),
+    ``dataset``, ``question_id`` = sample id, ``variant = f"{condition}|run{r}|{prompt_variant}"``; the other
+    columns name the judgment (``judge, sample_id, perturbation, run, prompt_variant, allow_na, generator, kind,
+    modality, gold_score, n_images, query, response``) and its decoding."""
+    group_of = group_of or (lambda unit: sample_group(unit[1]))
+    items, n_skip = [], 0
+    for variant in params["prompt_variants"]:
+        base, allow_na = parse_prompt_variant(variant)
+        for cond, s in units:
+            if not _can_take(judge, len(s.images)):
+                n_skip += 1
+                continue
+            prompt = score_prompt(s.query, s.response, s.images, variant=base, allow_na=allow_na)
+            for r in range(int(params["runs"])):
+                dec = _decoding(params, judgment_seed(params["seed"], judge.name, s.sample_id, cond, variant, r))
+                key = {"dataset": _dataset(s), "question_id": s.sample_id, "variant": f"{cond}|run{r}|{variant}",
+                       "judge": judge.name, "sample_id": s.sample_id, "perturbation": cond, "run": r,
+                       "prompt_variant": variant, "allow_na": allow_na,
+                       "generator": str(s.meta.get("generator", "reference")), "kind": str(s.meta.get("kind", "")),
+                       "modality": "text" if s.is_text_only else "image",
+                       "gold_score": float("nan") if s.gold_score is None else float(s.gold_score),
+                       "n_images": len(s.images), "query": s.query, "response": s.response, **dec["columns"],
+                       "max_new_tokens": int(params["max_new_tokens"])}
+                items.append(EvalItem(key, prompt, max_new_tokens=int(params["max_new_tokens"]),
+                                      group=group_of((cond, s)),
+                                      **dec["item"]))
+    _warn_skipped(judge, n_skip, "condition(s)")
+    # similar lengths together: less padding per batch (sampled outputs do not depend on the batching)
+    items.sort(key=lambda it: (it.key["n_images"], len(it.key["query"]) + len(it.key["response"])))
+    return items
+
+
+def score_score(judge: MLLM, params: dict) -> ScoreFn:
+    return lambda raw, item: _score_row(raw, item.key["allow_na"])
+
+
+# ============================================================================================== pairwise
+def pair_items(judge: MLLM, units: Sequence[PairItem], params: dict, skipped: list | None = None) -> list[EvalItem]:
+    """Every pair x run. Key: ``variant = f"{experiment}|{order}|run{r}"``; columns ``judge, sample_id,
+    experiment, order, run, swapped, verbose_position, n_images, response_a, response_b`` and the decoding."""
+    items, n_skip = [], 0
+    for it in units:
+        if it.experiment not in EXPERIMENTS:
+            raise ValueError(f"unknown pairwise experiment {it.experiment!r}; choose from {EXPERIMENTS}")
+        if not _can_take(judge, len(it.images)):
+            n_skip += 1
+            continue
+        prompt = pairwise_prompt(it.query, it.response_a, it.response_b, it.images)
+        for r in range(int(params["runs"])):
+            dec = _decoding(params, judgment_seed(params["seed"], judge.name, it.sample_id, it.experiment, it.order, r))
+            key = {"dataset": it.dataset, "question_id": it.sample_id, "variant": f"{it.experiment}|{it.order}|run{r}",
+                   "judge": judge.name, "sample_id": it.sample_id, "experiment": it.experiment, "order": it.order,
+                   "run": r, "swapped": bool(it.info.get("swapped", False)),
+                   "verbose_position": it.info.get("verbose_position"), "n_images": len(it.images),
+                   "response_a": it.response_a, "response_b": it.response_b, **dec["columns"],
+                   "max_new_tokens": int(params["pairwise_max_new_tokens"])}
+            items.append(EvalItem(key, prompt, max_new_tokens=int(params["pairwise_max_new_tokens"]), **dec["item"]))
+    _warn_skipped(judge, n_skip, "pair(s)")
+    return items
+
+
+def pair_group(unit: PairItem) -> str:
+    return question_group(unit.dataset, unit.sample_id)
+
+
+# ============================================================================================== self-enhancement
+def response_items(generator: MLLM, units: Sequence[JudgeSample], params: dict,
+                   skipped: list | None = None) -> list[EvalItem]:
+    """One greedy answer per item (the query as the whole user turn, images attached); a text-only generator
+    answers the text-only items only. Key: ``model`` = the generator, ``question_id`` = the item id."""
+    return [EvalItem({"dataset": _dataset(s), "question_id": str(s.meta.get("item_id", s.sample_id)),
+                      "variant": "response", "source_sample": s.sample_id},
+                     Prompt(text=s.query, images=list(s.images)), max_new_tokens=int(params["generator_max_new_tokens"]),
+                     group=sample_group(s))
+            for s in units if _can_take(generator, len(s.images))]
+
+
+def _response_score(raw: str, item: EvalItem) -> dict[str, Any]:
+    return {"response": str(raw).strip()}
+
+
+def _generators(ctx: RunContext) -> list[ModelSpec]:
+    others = [ModelSpec.parse(g) for g in ctx.params["self_generators"] or []]
+    return [ctx.model, *[g for g in others if g.name != ctx.model_name]]
+
+
+def selfgen_units(ctx: RunContext) -> list[tuple[str, JudgeSample]]:
+    """The generators' stored responses (and the reference responses) as ``("original", sample)`` units."""
+    rows = ResultStore(ctx.folder / "responses").read()
+    got = {} if rows.empty else {(str(m), str(q)): r for m, q, r in zip(rows["model"], rows["question_id"],
+                                                                      rows["response"])}
+    sources = selfgen_samples(ctx.data.samples)
+    out = []
+    for g in _generators(ctx):
+        for s in sources:
+            item = str(s.meta.get("item_id", s.sample_id))
+            if (g.name, item) in got:
+                out.append(("original", selfgen_sample(s, got[(g.name, item)], g.name)))
+    if ctx.params["self_reference"]:
+        out += [("original", s) for s in reference_responses(ctx.data.samples)]
+    return out
+
+
+def _selfgen_items(judge: MLLM, units, params: dict, skipped: list | None = None) -> list[EvalItem]:
+    return score_items(judge, units, {**params, "prompt_variants": ["original"]}, skipped,
+                       group_of=lambda unit: selfgen_group(unit[1]))
+
+
+def _batch(p: dict) -> dict:
+    return {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}
+
+
+def _summarize(stores: dict[str, ResultStore]) -> dict:
+    out = {}
+    if "scores" in stores:
+        out["parse_failures"] = parse_failure_table(stores["scores"].read(), by=("judge", "perturbation"))
+    if "pairwise" in stores:
+        out["pairwise_parse_failures"] = parse_failure_table(stores["pairwise"].read(), by=("judge", "experiment"))
+    return out
+
+
+STUDY = register(Study(
+    name="judge",
+    title="MM-JudgeBias: an MLLM judge under nine perturbations of query, image and response",
+    paper="mm-judgebias",
+    params=PARAMS,
+    load=load,
+    stages=(
+        Stage("scores", store="scores", units=lambda ctx: ctx.data.conditions, items=score_items, score=score_score,
+              config=_config("scores"), group_of=lambda unit: sample_group(unit[1]), run_kw=_batch, unit="judgment"),
+        Stage("pairwise", store="pairwise", units=lambda ctx: (position_pairs(ctx.data.samples)
+                                                               + verbosity_pairs(ctx.data.samples, seed=ctx.params["seed"])),
+              items=pair_items, score=lambda judge, params: lambda raw, item: _choice_row(raw),
+              config=_config("pairwise"), group_of=pair_group, when=lambda p: p["pairwise"], run_kw=_batch,
+              unit="judgment"),
+        Stage("responses", store="responses", units=lambda ctx: selfgen_samples(ctx.data.samples),
+              items=response_items, score=lambda model, params: _response_score, config=_config("responses"),
+              group_of=sample_group, when=lambda p: p["self_generators"] is not None, models=_generators,
+              run_kw=_batch, unit="response"),
+        Stage("selfgen", store="scores", units=selfgen_units, items=_selfgen_items, score=score_score,
+              config=_config("scores"), group_of=lambda unit: selfgen_group(unit[1]),
+              when=lambda p: p["self_generators"] is not None, run_kw=_batch, unit="judgment"),
+    ),
+    summarize=_summarize,
+    folder=lambda results_dir, model, dataset: Path(results_dir),
+    default_model="smollm2-vlm",
+    default_dataset="synthetic",
+    needs_dataset=False,
+))
+
+
+# ============================================================================================== API
+def _report(store: ResultStore, judge: str, variant: str, pairwise: bool, n_new: int) -> JudgeRunReport:
+    report = JudgeRunReport(judge=judge, variant=variant, n_new=n_new)
+    rows = store.read()
+    if rows.empty:
+        return report
+    rows = rows[rows["model"] == judge]
+    if pairwise:
+        rows = rows[rows["experiment"].notna()] if "experiment" in rows.columns else rows.iloc[:0]
+    else:
+        rows = rows[rows["prompt_variant"] == variant]
+        if "experiment" in rows.columns:
+            rows = rows[rows["experiment"].isna()]
+    report.n_rows = len(rows)
+    report.n_ok = int((rows["status"] == "ok").sum())
+    report.n_unparseable = int((rows["status"] == "unparseable").sum())
+    report.n_abstained = int((rows["status"] == "na").sum())
+    return report
+
+
+def run_judge(judge: MLLM, conditions: Sequence[tuple[str, JudgeSample]], store: ResultStore, runs: int = 1,
+              variant: str = "original", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *, shard: Shard | str | None = None,
+              progress: bool = True, stop_after: int | None = None, **params: Any) -> JudgeRunReport:
+    """The score-wise stage on ``conditions`` into ``store`` (resumable), for one prompt ``variant``; returns a
+    report of this judge's stored rows of that variant. ``params``: the study's (``decoding``, ``seed`` ...)."""
+    p = STUDY.resolve({**params, "runs": runs, "prompt_variants": [variant], "max_new_tokens": max_new_tokens})
+    _check_decoding(p["decoding"], runs)
+    before = len(store)
+    StageTask("judge", "scores", tuple(sorted(p.items())), progress=progress, stop_after=stop_after)(
+        judge, list(conditions), store, shard)
+    report = _report(store, judge.name, variant, False, len(store) - before)
+    report.skipped = [(c, s.sample_id, "text-only judge; the input has an image") for c, s in conditions
+                      if not _can_take(judge, len(s.images))]
+    report.n_skipped = len(report.skipped)
+    return report
+
+
+def run_pairwise(judge: MLLM, pairs: Sequence[PairItem], store: ResultStore, runs: int = 1,
+                 max_new_tokens: int = 64, *, shard: Shard | str | None = None, progress: bool = True,
+                 **params: Any) -> JudgeRunReport:
+    """The pairwise stage on ``pairs`` into ``store`` (resumable); a report of this judge's pairwise rows."""
+    p = STUDY.resolve({**params, "runs": runs, "pairwise_max_new_tokens": max_new_tokens})
+    _check_decoding(p["decoding"], runs)
+    before = len(store)
+    StageTask("judge", "pairwise", tuple(sorted(p.items())), progress=progress)(judge, list(pairs), store, shard)
+    report = _report(store, judge.name, "pairwise", True, len(store) - before)
+    report.skipped = [(it.experiment, it.sample_id, "text-only judge; the input has an image") for it in pairs
+                      if not _can_take(judge, len(it.images))]
+    report.n_skipped = len(report.skipped)
+    return report
+
+
+def generate_responses(generator: MLLM, samples: Sequence[JudgeSample], store: ResultStore, *,
+                       max_new_tokens: int = 48, progress: bool = False) -> list[JudgeSample]:
+    """``generator``'s greedy answers to one sample per item (the ``responses`` stage, resumable in ``store``) as
+    new unbiased samples ``<item_id>@<generator>`` of dataset ``<dataset>-selfgen`` (:func:`selfgen_sample`)."""
+    p = STUDY.resolve({"generator_max_new_tokens": max_new_tokens})
+    sources = selfgen_samples(samples)
+    StageTask("judge", "responses", tuple(sorted(p.items())), progress=progress)(generator, sources, store, None)
+    rows = store.read()
+    got = {str(q): r for m, q, r in zip(rows["model"], rows["question_id"], rows["response"]) if m == generator.name}
+    return [selfgen_sample(s, got[str(s.meta.get("item_id", s.sample_id))], generator.name) for s in sources
+            if str(s.meta.get("item_id", s.sample_id)) in got]

@@ -1,0 +1,93 @@
+"""Study 2 as a :class:`~mmfragile.study.Study`: every question x prompt type of the Promptception catalog, with the
+two-stage answer extraction of Appendix E as the score; one stage, a grid a budget can sample.
+
+``mmfragile run promptception --model M --dataset D --out DIR`` (alias ``mmfragile promptception``) and notebook
+``40_promptception_run`` run it; :mod:`mmfragile.studies.promptception.analysis` reads the stores back.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from mmfragile.data.loaders import load_dataset, run_info
+from mmfragile.models.base import MLLM
+from mmfragile.models.spec import ModelSpec
+from mmfragile.runner import EvalItem, ScoreFn
+from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
+from mmfragile.studies.promptception.analysis import (DEFAULT_MAX_NEW_TOKENS, make_score_fn, promptception_items,
+                                                      resolve_model_kind, run_config, select_questions, store_dir,
+                                                      summarize_run)
+
+__all__ = ["STUDY", "extractor_model"]
+
+PARAMS = (
+    Param("prompt_ids", None, "prompt types (default: all 61); keep 1.1, the baseline, in any subset", csv_list),
+    Param("model_kind", "auto", "open or proprietary answer formats (Appendix A); auto: proprietary for API models",
+          str, ("auto", "open", "proprietary")),
+    Param("max_new_tokens", DEFAULT_MAX_NEW_TOKENS, "one generation limit for every prompt", int),
+    Param("n_frames", 16, "frames per video question (Appendix F uses 16-64)", int),
+    Param("fps", None, "sample video frames at this rate (capped by n_frames)", float),
+    Param("video_bounds", False, "MVBench start/end windows (the authors' release samples whole clips)", bool),
+    Param("extractor", None, "stage-2 answer matcher (Appendix E), a model spec such as smollm2", str),
+    Param("match_text", False, "before stage 2: a response naming exactly one option's text is that option", bool),
+    Param("exclude_refusals", False, "the paper's GPT-4o policy: refusal-aware matcher, refusals left out", bool),
+    Param("batch_size", 16, "prompts per batch", int),
+    Param("flush_every", 256, "rows per Parquet part", int),
+    Param("skip_bad_rows", False, "leave bad input rows out (listed in the store's config.json)", bool),
+)
+
+
+def load(ctx: RunContext) -> pd.DataFrame:
+    """The question table, ``n`` questions spread over modalities and categories (:func:`select_questions`)."""
+    loaded = load_dataset(ctx.dataset, skip_bad_rows=ctx.params["skip_bad_rows"])
+    ctx.run_info = run_info(loaded, [])
+    return select_questions(loaded, ctx.n)
+
+
+def _config(ctx: RunContext) -> dict[str, Any]:
+    p = ctx.params
+    return run_config(ctx.model_name, ctx.dataset, resolve_model_kind(ctx.model, p["model_kind"]), p["max_new_tokens"],
+                      p["extractor"], p["exclude_refusals"], p["n_frames"], p["fps"], match_text=p["match_text"],
+                      video_bounds=p["video_bounds"])
+
+
+def items(model: MLLM, units: list, params: dict, skipped: list | None) -> list[EvalItem]:
+    return promptception_items(model, pd.DataFrame(units), params["prompt_ids"],
+                               model_kind=resolve_model_kind(model, params["model_kind"]),
+                               max_new_tokens=params["max_new_tokens"], n_frames=params["n_frames"],
+                               fps=params["fps"], video_bounds=params["video_bounds"], skipped=skipped)
+
+
+_EXTRACTORS: dict[str, MLLM] = {}
+
+
+def extractor_model(spec: str | None, model: MLLM) -> MLLM | None:
+    """The stage-2 matcher ``spec`` (the evaluated model itself if it has that name), loaded once per process."""
+    if not spec:
+        return None
+    if spec == model.name:
+        return model
+    if spec not in _EXTRACTORS:
+        _EXTRACTORS[spec] = ModelSpec.parse(spec).load()
+    return _EXTRACTORS[spec]
+
+
+def score(model: MLLM, params: dict) -> ScoreFn:
+    return make_score_fn(extractor_model(params["extractor"], model), exclude_refusals=params["exclude_refusals"],
+                         match_text=params["match_text"])
+
+
+STUDY = register(Study(
+    name="promptception",
+    title="Promptception: 61 instruction prompts in 15 categories",
+    paper="promptception",
+    params=PARAMS,
+    load=load,
+    stages=(Stage("prompts", units=lambda ctx: ctx.data.to_dict("records"), items=items, score=score,
+                  config=_config, budget="promptception",
+                  run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}),),
+    summarize=lambda stores: summarize_run(stores["prompts"].read()) if "prompts" in stores else {},
+    folder=lambda results_dir, model, dataset: store_dir(results_dir, model, dataset),
+    default_dataset="synthetic-vqa",
+))

@@ -1,0 +1,345 @@
+"""The study contract and the one runner every study uses.
+
+A :class:`Study` is a named record (as a task in ``inspect_ai``): its parameters, how it loads its data, and its
+stages. A :class:`Stage` is one kind of work into one result store: the units it splits by question group
+(question records, judge conditions, response pairs ...), the evaluation items it makes of them, how it scores
+an output, the store's configuration, and whether a budgeted design applies. Study 1 has the format grid and
+CP-LN, study 2 one stage of prompts, study 3 the score-wise judgments, the pairwise ones, the generators'
+responses and the judge's scores of them (self-enhancement).
+
+:func:`run_study` runs any of them the same way - in one process, as one ``--shard i/n`` of it, on Ray workers
+(:func:`mmfragile.distributed.run_on_ray`) or as a budgeted share of a grid (:mod:`mmfragile.budget`) - through
+:func:`mmfragile.runner.run_items`, the one loop that resumes, batches, flushes and reports progress. A stage's
+work crosses processes as a :class:`StageTask`: the study and stage *names*, the parameters and the units.
+
+Registry: :func:`get_study` finds the built-in studies by name (``format-bias``, ``promptception``,
+``judge``) and any registered with :func:`register`; ``mmfragile run <study>`` takes its options from the
+study's :class:`Param` list. CONTRIBUTING.md says how to add one.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
+
+from mmfragile.models.base import MLLM
+from mmfragile.models.spec import ModelSpec, as_spec
+from mmfragile.paths import safe_name
+from mmfragile.runner import EvalItem, ScoreFn, run_items
+from mmfragile.shards import Shard, question_group
+from mmfragile.store import ResultStore
+
+#: the built-in studies: name -> module defining ``STUDY`` (imported on first use, so the core imports no study)
+BUILTIN = {
+    "format-bias": "mmfragile.studies.format_bias.study",
+    "promptception": "mmfragile.studies.promptception.study",
+    "judge": "mmfragile.studies.judgebias.study",
+}
+#: other names a study answers to (the CLI's older commands)
+ALIASES = {"formats": "format-bias", "judgebias": "judge", "mm-judgebias": "judge"}
+_REGISTRY: dict[str, "Study"] = {}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a study: a keyword of :func:`run_study`, a notebook parameter and a CLI option
+    (``--name-with-dashes``; a boolean whose default is True is switched off with ``--no-...``)."""
+
+    name: str
+    default: Any = None
+    help: str = ""
+    type: Callable[[str], Any] | None = None   # parses a CLI string (bool: a flag; list: comma-separated)
+    choices: tuple | None = None
+
+    @property
+    def flag(self) -> str:
+        dashed = self.name.replace("_", "-")
+        return f"--no-{dashed}" if self.type is bool and self.default is True else f"--{dashed}"
+
+
+def csv_list(text: str) -> list[str]:
+    """A CLI list: ``"a,b,c"`` -> ``["a", "b", "c"]``."""
+    return [p.strip() for p in str(text).split(",") if p.strip()]
+
+
+def record_group(rec: Mapping[str, Any]) -> str:
+    """The question group of a question record."""
+    return question_group(rec["dataset"], rec["question_id"])
+
+
+@dataclass
+class RunContext:
+    """What a stage knows on the driver: the study's parameters, the model's spec, the dataset and the data the
+    study loaded, its results folder."""
+
+    study: "Study"
+    model: ModelSpec
+    model_name: str
+    dataset: str | None
+    n: int | None
+    folder: Path
+    params: dict[str, Any]
+    data: Any = None
+    run_info: dict[str, Any] = field(default_factory=dict)
+    budget: float | int | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One kind of work of a study into one store (see the module docstring).
+
+    ``units(ctx)`` runs on the driver before any model loads (earlier stages' stores may be read);
+    ``items(model, units, params, skipped)`` and ``score(model, params)`` run where the model is (a worker);
+    ``skipped`` is a list to append bad rows to (``skip_bad_rows``) or None (raise); ``params`` holds the study's
+    parameters and ``budgeted`` (a budgeted design samples the items). ``models(ctx)``: the specs to
+    run the stage with, if not the study's model (the generators of self-generated responses)."""
+
+    name: str
+    units: Callable[[RunContext], list]
+    items: Callable[[MLLM, list, dict, list | None], list[EvalItem]]
+    score: Callable[[MLLM, dict], ScoreFn]
+    config: Callable[[RunContext], dict]
+    store: str = ""
+    group_of: Callable[[Any], str] = record_group
+    when: Callable[[dict], bool] = lambda params: True
+    budget: str | None = None
+    models: Callable[[RunContext], list[ModelSpec]] | None = None
+    run_kw: Callable[[dict], dict] = lambda params: {}
+    unit: str = "q"
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study: ``name`` (registry key), ``title``, the seed paper, its parameters, ``load(ctx)`` (the driver's
+    data: a question table, judge samples and conditions ...), its stages, ``folder(results_dir, model, dataset)``
+    (where its stores go when a results folder rather than a store folder is given) and ``summarize(stores)``
+    (the tables the CLI prints after a run)."""
+
+    name: str
+    title: str
+    paper: str
+    params: tuple[Param, ...]
+    load: Callable[[RunContext], Any]
+    stages: tuple[Stage, ...]
+    summarize: Callable[[dict[str, ResultStore]], dict[str, pd.DataFrame]] = lambda stores: {}
+    folder: Callable[[str | Path, str, str | None], Path] = \
+        lambda results_dir, model, dataset: Path(results_dir) / safe_name(model) / safe_name(dataset or "data")
+    default_model: str = "zoo-smollm2-good"
+    default_dataset: str | None = None
+    needs_dataset: bool = True
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(f"study {self.name!r} has no stage {name!r}; stages: {[s.name for s in self.stages]}")
+
+    def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` over the defaults; an unknown name raises, listing the known ones."""
+        known = {p.name: p for p in self.params}
+        bad = sorted(set(params) - set(known))
+        if bad:
+            raise TypeError(f"study {self.name!r} has no parameter(s) {bad}; its parameters: {sorted(known)}")
+        out = {p.name: p.default for p in self.params}
+        out.update(params)
+        for name, value in out.items():
+            p = known[name]
+            if p.choices and value not in p.choices:
+                raise ValueError(f"{self.name}: {name} must be one of {p.choices}, not {value!r}")
+        return out
+
+
+def register(study: Study) -> Study:
+    """Add a study to the registry (replacing one of the same name); returns it."""
+    _REGISTRY[study.name] = study
+    return study
+
+
+def get_study(name: "str | Study") -> Study:
+    """A study by name (or alias); the built-in ones are imported on first use."""
+    if isinstance(name, Study):
+        return name
+    key = ALIASES.get(name, name)
+    if key not in _REGISTRY and key in BUILTIN:
+        importlib.import_module(BUILTIN[key])  # its module registers it
+    if key not in _REGISTRY:
+        raise KeyError(f"unknown study {name!r}; studies: {sorted(set(BUILTIN) | set(_REGISTRY))}")
+    return _REGISTRY[key]
+
+
+def study_names() -> list[str]:
+    return sorted(set(BUILTIN) | set(_REGISTRY))
+
+
+# ============================================================================================== one stage's work
+@dataclass(frozen=True)
+class StageTask:
+    """A stage's work on some units, as one picklable call ``task(model, units, store, shard)`` - what a
+    ``--shard`` run, a Ray worker (:func:`mmfragile.distributed.run_on_ray`) and a budgeted run all execute."""
+
+    study: str
+    stage: str
+    params: tuple[tuple[str, Any], ...] = ()
+    budget: float | int | None = None
+    adaptive: bool = False
+    budget_seed: int = 0
+    budget_batch: int | None = None
+    progress: bool = False
+    stop_after: int | None = None   # end after that many new rows (a killed run, in tests)
+
+    def _stage(self) -> Stage:
+        return get_study(self.study).stage(self.stage)
+
+    def resolved(self) -> dict[str, Any]:
+        """The study's parameters: the task's over the defaults, and ``budgeted``."""
+        return {**get_study(self.study).resolve(dict(self.params)), "budgeted": self.budget is not None}
+
+    def group_of(self, unit: Any) -> str:
+        return self._stage().group_of(unit)
+
+    def __call__(self, model: MLLM, units: list, store: Any, shard: "Shard | str | None" = None) -> None:
+        stage, params = self._stage(), self.resolved()
+        shard = Shard.parse(shard)
+        units = shard.select(units, stage.group_of) if shard.count > 1 else list(units)
+        skipped: list[dict] | None = [] if params.get("skip_bad_rows") else None
+        items = stage.items(model, units, params, skipped)
+        if skipped:
+            store.add_skipped_rows(skipped)
+        score = stage.score(model, params)
+        kw = {"progress": self.progress, "desc": f"{model.name} {self.study}/{self.stage}", "unit": stage.unit,
+              **stage.run_kw(params)}
+        if self.budget is None:
+            run_items(model, items, store, score, shard=shard, stop_after=self.stop_after, **kw)
+            return
+        from mmfragile.budget import run_budgeted, spec_for
+
+        if stage.budget is None:
+            raise ValueError(f"{self.study}/{self.stage} is no grid a budget can sample")
+        kw.pop("desc")
+        run_budgeted(model, items, store, spec_for(stage.budget), self.budget, seed=self.budget_seed,
+                     adaptive=self.adaptive, batch=self.budget_batch, score_fn=score, **kw)
+
+
+# ============================================================================================== a whole run
+@dataclass
+class StudyRun:
+    """What :func:`run_study` did: the stores it wrote (stage -> store), seconds per stage and the study's
+    summary tables of them."""
+
+    study: Study
+    model: str
+    folder: Path
+    data: Any = None
+    stores: dict[str, ResultStore] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    new_rows: dict[str, int] = field(default_factory=dict)
+    new_questions: dict[str, int] = field(default_factory=dict)   # question groups that got new rows
+
+    def __str__(self) -> str:
+        return "; ".join(f"{self.study.name}/{s}: {self.new_rows[s]} new rows ({self.new_questions[s]} questions) "
+                         f"in {self.seconds[s]:.1f} s" for s in self.stores)
+
+    def table(self, stage: str | None = None) -> pd.DataFrame:
+        """The stored rows of ``stage`` (default: the first one run)."""
+        return self.stores[stage or next(iter(self.stores))].read()
+
+    def summary(self) -> dict[str, pd.DataFrame]:
+        return self.study.summarize(self.stores)
+
+
+class _Models:
+    """Models of one run, each loaded once (a loaded model may be passed in for its spec)."""
+
+    def __init__(self, given: MLLM | None = None, spec: ModelSpec | None = None):
+        self._loaded: dict[str, MLLM] = {}
+        if given is not None and spec is not None:
+            self._loaded[str(spec)] = given
+
+    def __call__(self, spec: ModelSpec) -> MLLM:
+        if str(spec) not in self._loaded:
+            self._loaded[str(spec)] = spec.load()
+        return self._loaded[str(spec)]
+
+
+def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = None, dataset: str | None = None, *,
+              n: int | None = None, out: str | Path | None = None, results_dir: str | Path | None = None,
+              model_args: Mapping[str, Any] | str | None = None, stages: Sequence[str] | None = None,
+              shard: "Shard | str | None" = None, workers: int | None = None, ray_address: str | None = None,
+              tasks: int | None = None, budget: float | int | None = None, adaptive: bool = False,
+              budget_seed: int = 0, budget_batch: int | None = None, progress: bool = True,
+              models: Callable[[ModelSpec], MLLM] | None = None, **params: Any) -> StudyRun:
+    """Run ``study`` for ``model`` on ``dataset`` into resumable stores, stage by stage, and return what it did.
+
+    ``out``: the study's results folder (its stores go there and in its stage subfolders); or ``results_dir``,
+    under which the study places it (``<results_dir>/<model>/<dataset>`` for the grid studies, the folder itself
+    for the judge study). ``model``: a spec string, a :class:`~mmfragile.models.spec.ModelSpec` or a loaded
+    model (not with ``workers``); ``model_args``: the backend's keyword arguments (``{"max_pixels": ...}`` or
+    ``"max_pixels=...,trust_remote_code=true"``). ``params``: the study's parameters (see its ``params``).
+
+    Scale: ``shard="i/n"`` runs one shard of every stage (by question group; ``mmfragile merge`` checks the
+    stores afterwards); ``workers=N`` runs every stage on N Ray workers, one model replica each
+    (``ray_address``, ``tasks``). ``budget`` (a share such as 0.05, or a cell count) runs a seeded stratified
+    subset of each grid stage - with ``adaptive``, half of it stratified and the rest where it shrinks the
+    uncertainty most (:mod:`mmfragile.budget`); stages that are no grid run whole. A budget covers the whole
+    grid, so it takes neither ``shard`` nor ``workers``. ``stages``: run only these stages."""
+    study = get_study(study)
+    if budget is not None and (Shard.parse(shard).count > 1 or workers):
+        raise ValueError("a budgeted run chooses its cells over the whole grid: run it without --shard / --workers")
+    if workers and shard is not None and Shard.parse(shard).count > 1:
+        raise ValueError("--shard and --workers exclude each other: Ray splits the work itself")
+    if ray_address and not workers:
+        raise ValueError("--ray-address needs --workers N")
+    loaded = model if isinstance(model, MLLM) else None
+    if loaded is not None and workers:
+        raise ValueError("a loaded model cannot be sent to Ray workers: pass its spec")
+    spec = (as_spec(loaded.name) if loaded is not None else
+            as_spec(model or study.default_model, model_args=model_args))
+    name = loaded.name if loaded is not None else spec.name
+    dataset = dataset or study.default_dataset
+    if study.needs_dataset and not dataset:
+        raise ValueError(f"study {study.name!r} needs a dataset (e.g. easy-vqa, synthetic-vqa, mmbench:<file.tsv>)")
+    if out is None:
+        if results_dir is None:
+            raise ValueError("give out= (the study's results folder) or results_dir=")
+        out = study.folder(results_dir, name, dataset)
+    ctx = RunContext(study, spec, name, dataset, n, Path(out), study.resolve(params), budget=budget)
+    ctx.data = study.load(ctx)
+    load_model = models or _Models(loaded, spec)
+    run = StudyRun(study, name, ctx.folder, ctx.data)
+    for stage in study.stages:
+        if not stage.when(ctx.params) or (stages is not None and stage.name not in stages):
+            continue
+        t0 = time.perf_counter()
+        units = stage.units(ctx)
+        store = ResultStore(ctx.folder / stage.store, config=stage.config(ctx), run_info=ctx.run_info or None)
+        before = stored_keys(store)
+        task = StageTask(study.name, stage.name, tuple(sorted(ctx.params.items())),
+                         budget if stage.budget else None, adaptive, budget_seed, budget_batch, progress)
+        for mspec in (stage.models(ctx) if stage.models else [spec]):
+            if workers:
+                from mmfragile.distributed import run_on_ray
+
+                report = run_on_ray(task, units, store, mspec, workers=workers, address=ray_address, n_tasks=tasks,
+                                    progress=progress)
+                if progress:
+                    print(report)
+            else:
+                task(load_model(mspec), units, store, shard)
+        run.stores[stage.name] = ResultStore(store.root)
+        run.seconds[stage.name] = time.perf_counter() - t0
+        new = stored_keys(run.stores[stage.name]) - before
+        run.new_rows[stage.name] = len(new)
+        run.new_questions[stage.name] = len({k[:2] for k in new})
+    return run
+
+
+def stored_keys(store: ResultStore) -> set[tuple]:
+    """The stored keys (dataset, question_id, model, variant) - what a stage added is the difference."""
+    if not len(store):
+        return set()
+    cols = ["dataset", "question_id", "model", "variant"]
+    return set(store.read(columns=cols).astype(str).itertuples(index=False, name=None))

@@ -1,0 +1,1 @@
+"""Training the embedded models (the zoo): scripts, not what a run imports."""
