@@ -237,3 +237,26 @@ def test_adaptive_run_depends_only_on_store_and_seed(tiny_vlm, tiny_items, tmp_p
     assert len(m) == len(cells) == len(rebuilt)
     assert (m["answer_position"] == m["answer_position_items"]).all()
     assert (m["correct"].fillna(-1) == m["correct_items"].fillna(-1)).all()
+
+
+def test_promptception_budget_from_the_cli_and_the_api_is_the_same_design(tmp_path, tiny_vlm, capsys):
+    """`mmfragile run promptception --budget` runs the stratified share of the question x prompt grid - the same
+    cells as run_study(..., budget=) - and prints the estimate of the whole grid; a second budget only adds cells."""
+    from mmfragile.cli import main
+    from mmfragile.store import ResultStore
+    from mmfragile.study import run_study
+
+    args = ["run", "promptception", "--model", "tiny-vlm", "--dataset", "synthetic-vqa", "--n", "4",
+            "--prompt-ids", "1.1,2.1,5.2,7.6,12.1", "--max-new-tokens", "4", "--n-frames", "2", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "cli"), "--budget", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "n_observed" in out and "mean" in out                     # the estimate of the whole grid
+    api = run_study("promptception", tiny_vlm, "synthetic-vqa", n=4, out=tmp_path / "api", budget=0.3,
+                    prompt_ids=["1.1", "2.1", "5.2", "7.6", "12.1"], max_new_tokens=4, n_frames=2, progress=False)
+    cli_rows = ResultStore(tmp_path / "cli").read()
+    n_cells = 4 * 5                                                  # 4 questions x 5 prompts (none video-only)
+    assert len(cli_rows) == round(0.3 * n_cells) == len(api.table())
+    key = ["question_id", "variant"]
+    assert sorted(map(tuple, cli_rows[key].values)) == sorted(map(tuple, api.table()[key].values))
+    assert main([*args, "--out", str(tmp_path / "cli"), "--budget", "0.5"]) == 0     # budgets nest
+    assert len(ResultStore(tmp_path / "cli").read()) == round(0.5 * n_cells)

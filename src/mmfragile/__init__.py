@@ -4,10 +4,8 @@ Reproduces three studies: prompt-format bias in multiple-choice VQA (48 formats,
 Promptception prompt sensitivity (61 instructions), and MM-JudgeBias (MLLM-as-a-judge perturbations).
 
     >>> import mmfragile as mf
-    >>> model = mf.load_model("smollm2-vlm")            # embedded default, offline
-    >>> qs = mf.load_dataset("synthetic-image", n=4)     # Pillow-generated MC-VQA
-    >>> items = mf.format_bias_items(model, qs)          # 48 formats + standard x circular shifts
-    >>> df = mf.run_items(model, items, mf.ResultStore("runs/demo"))   # resumable, per question
+    >>> run = mf.run_study("format-bias", "zoo-gemma3-good", "easy-vqa", n=4, out="runs/demo")  # resumable
+    >>> run.table().groupby("format")[["correct", "covered"]].mean()   # per question -> per format
 """
 from __future__ import annotations
 
@@ -22,8 +20,11 @@ _LAZY = {
     "Shard": "mmfragile.shards",
     "run_on_ray": "mmfragile.distributed",
     "run_items": "mmfragile.runner",
-    "format_bias_items": "mmfragile.runner",
     "EvalItem": "mmfragile.runner",
+    "run_study": "mmfragile.study",
+    "get_study": "mmfragile.study",
+    "ModelSpec": "mmfragile.models.spec",
+    "format_bias_items": "mmfragile.studies.format_bias.items",
     "Prompt": "mmfragile.models.base",
     "MLLM": "mmfragile.models.base",
     "HFModel": "mmfragile.models.hf",

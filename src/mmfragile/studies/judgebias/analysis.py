@@ -64,8 +64,8 @@ from mmfragile.studies.judgebias.metrics import PERTURBATIONS
 from mmfragile.models.base import MLLM
 from mmfragile.studies.judgebias.perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_perturbation,
                              save_perturbed)
-from mmfragile.studies.judgebias.prompts import (SCORE_VARIANTS, ScoreParseError, pairwise_prompt, parse_pairwise, parse_score,
-                             parse_score_or_na, score_prompt)
+from mmfragile.studies.judgebias.prompts import (SCORE_VARIANTS, ScoreParseError, parse_pairwise, parse_score,
+                                                 parse_score_or_na)
 from mmfragile.shards import question_group
 from mmfragile.paths import safe_name
 from mmfragile.store import ResultStore

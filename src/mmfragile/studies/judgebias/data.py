@@ -54,6 +54,7 @@ from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from mmfragile.data.images import store_image_bytes
 from mmfragile.schema import DataError, check_image
+from mmfragile.studies.judgebias.catalog import UNPERTURBED
 
 __all__ = ["make_judge_set", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS",
            "SHAPES", "BACKGROUNDS"]
@@ -81,8 +82,6 @@ BACKGROUNDS: dict[str, tuple[int, int, int]] = {
 _WORDS = ("banana", "window", "river", "elephant", "pencil", "mountain", "orchestra", "galaxy", "kitchen", "lantern")
 
 
-#: ``meta["perturbation"]`` of an unbiased sample (the label the study-3 metrics use).
-UNPERTURBED = "original"
 
 # --------------------------------------------------------------------------------------------
 # The shared sample type

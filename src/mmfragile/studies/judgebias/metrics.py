@@ -69,6 +69,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from mmfragile.studies.judgebias.catalog import DIMENSIONS, PERTURBATION_INFO, PERTURBATION_NAMES, UNPERTURBED
 from mmfragile.schema import DataError
 
 __all__ = [
@@ -82,25 +83,15 @@ __all__ = [
     "load_published", "published_table2",
 ]
 
-#: The nine bias types (Table 1), in the paper's column order.
-PERTURBATIONS: tuple[str, ...] = (
-    "text_dominance", "image_dominance", "response_dominance",
-    "instruction_misalignment", "image_misalignment",
-    "detail_description", "unnecessary_image", "visual_transformation", "texture_insertion",
-)
-DIMENSIONS: tuple[str, ...] = ("integrality", "congruity", "robustness")
-DIMENSION_OF: dict[str, str] = {p: DIMENSIONS[0 if i < 3 else 1 if i < 5 else 2] for i, p in enumerate(PERTURBATIONS)}
-METRIC_OF: dict[str, str] = {p: "BC" if d == "robustness" else "BD" for p, d in DIMENSION_OF.items()}
+#: The nine bias types (Table 1), in the paper's column order (:mod:`mmfragile.studies.judgebias.catalog`).
+PERTURBATIONS: tuple[str, ...] = PERTURBATION_NAMES
+DIMENSION_OF: dict[str, str] = {p: info["dimension"] for p, info in PERTURBATION_INFO.items()}
+METRIC_OF: dict[str, str] = {p: info["metric"] for p, info in PERTURBATION_INFO.items()}
 BD_TYPES = tuple(p for p in PERTURBATIONS if METRIC_OF[p] == "BD")
 BC_TYPES = tuple(p for p in PERTURBATIONS if METRIC_OF[p] == "BC")
 #: Table-2 column headers.
-SHORT_NAMES: dict[str, str] = {
-    "text_dominance": "TextDom.", "image_dominance": "ImgDom.", "response_dominance": "RespDom.",
-    "instruction_misalignment": "InstrMis.", "image_misalignment": "ImgMis.",
-    "detail_description": "DetailDesc.", "unnecessary_image": "UnnecImg.",
-    "visual_transformation": "VisualTrans.", "texture_insertion": "TextInsert.",
-}
-REFERENCE = "original"
+SHORT_NAMES: dict[str, str] = {p: info["label"] for p, info in PERTURBATION_INFO.items()}
+REFERENCE = UNPERTURBED
 AGGREGATE_COLUMNS = ("integrality", "congruity", "robustness", "overall")
 _STATUSES = ("ok", "unparseable", "na")
 

@@ -49,6 +49,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont, ImageOps
 
 from mmfragile.models.base import MLLM, Prompt
+from mmfragile.studies.judgebias.catalog import PERTURBATION_INFO  # noqa: F401  (re-exported)
 from mmfragile.studies.judgebias.data import (UNPERTURBED, JudgeSample, _as_pil, image_sha256,
                                               load_judge_dir)
 
@@ -92,19 +93,6 @@ class PerturbationError(ValueError):
 # --------------------------------------------------------------------------------------------
 # Taxonomy, prompts
 # --------------------------------------------------------------------------------------------
-
-#: name -> dimension, metric and the column label the paper's tables use (Table 1, Table 2).
-PERTURBATION_INFO: dict[str, dict[str, str]] = {
-    "text_dominance": {"dimension": "integrality", "metric": "BD", "label": "TextDom."},
-    "image_dominance": {"dimension": "integrality", "metric": "BD", "label": "ImgDom."},
-    "response_dominance": {"dimension": "integrality", "metric": "BD", "label": "RespDom."},
-    "instruction_misalignment": {"dimension": "congruity", "metric": "BD", "label": "InstrMis."},
-    "image_misalignment": {"dimension": "congruity", "metric": "BD", "label": "ImgMis."},
-    "detail_description": {"dimension": "robustness", "metric": "BC", "label": "DetailDesc."},
-    "unnecessary_image": {"dimension": "robustness", "metric": "BC", "label": "UnnecImg."},
-    "visual_transformation": {"dimension": "robustness", "metric": "BC", "label": "VisualTrans."},
-    "texture_insertion": {"dimension": "robustness", "metric": "BC", "label": "TextInsert."},
-}
 
 #: Table 11, Detail-Description prompt.
 DETAIL_DESCRIPTION_PROMPT = (
