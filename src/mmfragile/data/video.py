@@ -253,3 +253,18 @@ def question_frames(rec: Mapping[str, Any], n_frames: int | None = None, fps: fl
     rate = _number(rec.get("video_fps"))
     return sample_frames(images, n_frames=n_frames, fps=fps, source_fps=rate if rate is not None else source_fps,
                          out_dir=out_dir, bound=bound, where=row_where(rec))
+
+
+def question_media(rec: Mapping[str, Any], cannot_show: str | None = None, **frames: Any) -> list:
+    """What a prompt of one question-table row shows: its images, or - for a video question - the frames
+    :func:`question_frames` samples (``frames``: ``n_frames``, ``fps``, ``use_bounds``, ``source_fps``,
+    ``require_budget``). ``cannot_show``: why the calling study cannot show a row whose options are only in the
+    image (MMMU-Pro vision) - such a row is then a :class:`DataError` naming it; None where it can."""
+    from mmfragile.schema import options_in_image, row_where
+
+    if cannot_show and options_in_image(rec):
+        raise DataError(f"{row_where(rec)}: the options are in the image (MMMU-Pro vision setting); {cannot_show}")
+    images = list(rec.get("images") if rec.get("images") is not None else [])
+    if rec.get("modality") == "video" and images:
+        return question_frames(rec, **frames)
+    return images

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from mmfragile.data.video import question_frames
+from mmfragile.data.video import question_media
 from mmfragile.runner import EvalItem
 from mmfragile.models.base import MLLM
 from mmfragile.schema import DataError, MCQuestion, bad_row, options_in_image, row_where
@@ -128,12 +128,8 @@ def format_bias_items(model: MLLM, questions: pd.DataFrame, formats: Sequence[Pr
 def _question_format_items(model, q, rec, formats, circular, instruction, standard, system, n_frames, fps,
                            video_bounds, id_len_cache) -> list[EvalItem]:
     where = row_where(rec)
-    if options_in_image(rec):
-        raise DataError(f"{where}: the options are in the image (MMMU-Pro vision setting); a prompt format "
-                        "cannot be applied to them")
-    images = list(q.images)
-    if q.modality == "video" and images:
-        images = question_frames(rec, n_frames=n_frames, fps=fps, use_bounds=video_bounds, require_budget=True)
+    images = question_media(rec, "a prompt format cannot be applied to them", n_frames=n_frames, fps=fps,
+                            use_bounds=video_bounds, require_budget=True)
     out: list[EvalItem] = []
     fmts = [(f, f.name) for f in formats]
     if standard is not None:

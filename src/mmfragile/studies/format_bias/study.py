@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from mmfragile.data.loaders import load_dataset
-from mmfragile.data.video import question_frames
+from mmfragile.data.video import question_media
 from mmfragile.models.base import MLLM
 from mmfragile.runner import EvalItem, exact_match_score
 from mmfragile.schema import DataError, MCQuestion, bad_row
@@ -96,9 +96,8 @@ def cloze_items(model: MLLM, units: list, params: dict, skipped: list | None) ->
         q = MCQuestion.from_row(rec)
         try:
             cz = build_cloze_prompt(q)
-            if q.modality == "video" and q.images:
-                cz.images = question_frames(rec, n_frames=params["n_frames"], fps=params["fps"],
-                                            use_bounds=params["video_bounds"], require_budget=True)
+            cz.images = question_media(rec, None, n_frames=params["n_frames"], fps=params["fps"],
+                                       use_bounds=params["video_bounds"], require_budget=True)
         except DataError as e:
             if skipped is None:
                 raise

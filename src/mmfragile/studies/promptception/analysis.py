@@ -36,9 +36,9 @@ import pandas as pd
 from mmfragile.runner import EvalItem
 from mmfragile.extraction import extract_answer, is_refusal
 from mmfragile.models.base import MLLM
-from mmfragile.data.video import IMAGE_EXTS, VIDEO_EXTS, frame_indices, question_frames, sample_frames  # noqa: F401
+from mmfragile.data.video import frame_indices, question_media, sample_frames  # noqa: F401  (re-exported)
 from mmfragile.studies.promptception.prompts import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
-from mmfragile.schema import DataError, MCQuestion, bad_row, options_in_image, row_where
+from mmfragile.schema import DataError, MCQuestion, bad_row, row_where
 from mmfragile.models.spec import ModelSpec, figure_note_for
 from mmfragile.paths import safe_name
 from mmfragile.store import find_stores
@@ -135,12 +135,9 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
 def _question_items(q: MCQuestion, rec: dict, types, kind: str, max_new_tokens: int, n_frames, fps, source_fps,
                     omit_dollar: bool, system: str | None, video_bounds: bool) -> list[PromptceptionItem]:
     where = row_where(rec)
-    if options_in_image(rec):
-        raise DataError(f"{where}: the options are in the image (MMMU-Pro vision setting); its prompts "
-                        "(the authors' Prompts_MMMU-Pro-Vision.yaml) are not in the Promptception catalog")
-    images = list(q.images)
-    if q.modality == "video" and images:
-        images = question_frames(rec, n_frames=n_frames, fps=fps, use_bounds=video_bounds, source_fps=source_fps)
+    images = question_media(rec, "its prompts (the authors' Prompts_MMMU-Pro-Vision.yaml) are not in the "
+                            "Promptception catalog", n_frames=n_frames, fps=fps, use_bounds=video_bounds,
+                            source_fps=source_fps)
     items = []
     for pt in types:
         if not pt.supports(q.modality):
