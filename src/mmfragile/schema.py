@@ -150,6 +150,14 @@ def options_in_image(rec: Any) -> bool:
     return bool(getattr(v, "dtype", None) == bool and v)  # numpy bool from parquet; NaN (other datasets) -> False
 
 
+def skip_or_raise(rec: Any, error: Exception, skipped: list[dict] | None) -> None:
+    """A question row a study cannot use: raise ``error`` (which names the row), or - with a ``skipped`` list
+    (``skip_bad_rows``) - record it there (:func:`bad_row`) for the run's config.json."""
+    if skipped is None:
+        raise error
+    skipped.append(bad_row(rec, error))
+
+
 def bad_row(rec: Any, reason: Exception | str) -> dict:
     """``{"file", "row", "reason"}`` for a question-table row a run leaves out (``skip_bad_rows``)."""
     get = rec.get if hasattr(rec, "get") else lambda k, d=None: getattr(rec, k, d)

@@ -9,7 +9,7 @@ import pandas as pd
 from mmfragile.data.video import question_media
 from mmfragile.runner import EvalItem
 from mmfragile.models.base import MLLM
-from mmfragile.schema import DataError, MCQuestion, bad_row, options_in_image, row_where
+from mmfragile.schema import DataError, MCQuestion, options_in_image, row_where, skip_or_raise
 from mmfragile.studies.format_bias.prompts import (STANDARD_FORMATS, NoStandardFormat, PromptFormat, all_formats,
                                                    build_mc_prompt, circular_shifts)
 
@@ -115,9 +115,7 @@ def format_bias_items(model: MLLM, questions: pd.DataFrame, formats: Sequence[Pr
             new = _question_format_items(model, q, rec, formats, circular, instruction, std, system,
                                          n_frames, fps, video_bounds, id_len_cache)
         except DataError as e:
-            if skipped is None:
-                raise
-            skipped.append(bad_row(rec, e))
+            skip_or_raise(rec, e, skipped)
             continue
         items += new
     # keep one group's items together and sorted by generation length so the engine sees whole groups

@@ -15,7 +15,7 @@ from mmfragile.data.loaders import load_dataset
 from mmfragile.data.video import question_media
 from mmfragile.models.base import MLLM
 from mmfragile.runner import EvalItem, exact_match_score
-from mmfragile.schema import DataError, MCQuestion, bad_row
+from mmfragile.schema import DataError, MCQuestion, skip_or_raise
 from mmfragile.shards import Shard
 from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, StageTask, Study, stored_keys, csv_list, register
@@ -99,9 +99,7 @@ def cloze_items(model: MLLM, units: list, params: dict, skipped: list | None) ->
             cz.images = question_media(rec, None, n_frames=params["n_frames"], fps=params["fps"],
                                        use_bounds=params["video_bounds"], require_budget=True)
         except DataError as e:
-            if skipped is None:
-                raise
-            skipped.append(bad_row(rec, e))
+            skip_or_raise(rec, e, skipped)
             continue
         prompt = cz.to_prompt()
         for k, text in enumerate(cz.continuations):

@@ -38,7 +38,7 @@ from mmfragile.extraction import extract_answer, is_refusal
 from mmfragile.models.base import MLLM
 from mmfragile.data.video import frame_indices, question_media, sample_frames  # noqa: F401  (re-exported)
 from mmfragile.studies.promptception.prompts import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
-from mmfragile.schema import DataError, MCQuestion, bad_row, row_where
+from mmfragile.schema import DataError, MCQuestion, row_where, skip_or_raise
 from mmfragile.models.spec import ModelSpec, figure_note_for
 from mmfragile.paths import safe_name
 from mmfragile.store import find_stores
@@ -120,9 +120,7 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
             new = _question_items(q, rec, types, kind, max_new_tokens, n_frames, fps, source_fps, omit_dollar,
                                   system, video_bounds)
         except DataError as e:
-            if skipped is None:
-                raise
-            skipped.append(bad_row(rec, e))
+            skip_or_raise(rec, e, skipped)
             continue
         items += new
     if text_only_skips:
