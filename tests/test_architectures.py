@@ -221,6 +221,6 @@ def test_image_policy_caps_large_images_and_is_pinned_in_the_store(tmp_path_fact
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         run_items(capped, items, store, progress=False)
-    assert ResultStore(tmp_path / "s").config["run_info"]["image_policy"]["max_pixels"] == 512 * 512
+    assert ResultStore(tmp_path / "s").config["run_info"]["image_policy"][capped.name]["max_pixels"] == 512 * 512
     with pytest.raises(ConfigMismatch, match="image_policy"):
         run_items(load_model(path), items, ResultStore(tmp_path / "s", config={"study": "t"}), progress=False)

@@ -56,8 +56,8 @@ class RecordingStore:
         self.skipped_rows: list[dict] = []
         self.pinned: dict[str, Any] = {}
 
-    def pin_run_info(self, key: str, value: Any) -> None:
-        self.pinned[key] = value  # the driver pins it in the real store (and refuses a mismatch there)
+    def pin_run_info(self, key: str, value: Any, entry: str | None = None) -> None:
+        self.pinned[(key, entry)] = value  # the driver pins it in the real store (and refuses a mismatch there)
 
     def add_skipped_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         self.skipped_rows += [dict(r) for r in rows]
@@ -261,8 +261,8 @@ def run_on_ray(task: Callable[[Any, list, Any, Shard], Any], units: Sequence[Any
                     store.declare(keys, label)
                 n = store.append(res["rows"]) if len(res["rows"]) else 0
                 store.add_skipped_rows(res["skipped_rows"])
-                for key, value in res["pinned"].items():
-                    store.pin_run_info(key, value)
+                for (key, entry), value in res["pinned"].items():
+                    store.pin_run_info(key, value, entry)
                 report.n_rows += n
                 report.rows_by_worker[res["pid"]] = report.rows_by_worker.get(res["pid"], 0) + len(res["rows"])
                 bar.update(1)

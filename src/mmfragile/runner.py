@@ -94,7 +94,7 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     if items:
         store.declare(keys, shard.label)
         if model.image_policy is not None and any(it.prompt.images for it in items):
-            store.pin_run_info("image_policy", model.image_policy)
+            store.pin_run_info("image_policy", model.image_policy, entry=model.name)
     todo = [it for it, p in zip(items, store.pending(keys)) if p]
     call = _Caller(model, mode, batch_size, any(it.request == "generate" and it.option_ids for it in todo))
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,

@@ -318,19 +318,33 @@ class ResultStore:
             raise FileNotFoundError(f"{self.root}: no config.json to record run_info in")
         self._write_config({**cfg, RUN_INFO: _canonical(dict(info))})
 
-    def pin_run_info(self, key: str, value: Any) -> None:
-        """Record ``run_info[key]`` the first time; later runs must bring the same value (e.g. the image policy:
-        a store is never resumed with images processed another way) - :class:`ConfigMismatch` otherwise. A store
-        opened without a configuration (no config.json) records nothing."""
+    def pin_run_info(self, key: str, value: Any, entry: str | None = None) -> None:
+        """Record ``run_info[key]`` (with ``entry``: ``run_info[key][entry]``, e.g. one model's image policy in a
+        store several models write) the first time; later runs must bring the same value (a store is never resumed
+        with images processed another way) - :class:`ConfigMismatch` otherwise. A store opened without a
+        configuration (no config.json) records nothing."""
         if not self.config:
             return
         info = dict(self.config.get(RUN_INFO) or {})
         value = _canonical(value)
-        if key not in info:
-            self.set_run_info({**info, key: value})
-        elif info[key] != value:
-            raise ConfigMismatch(f"{self.root / 'config.json'}: run_info.{key} was {info[key]}, this run has {value}; "
+        held = dict(info.get(key) or {}) if entry is not None else info
+        name = entry if entry is not None else key
+        if name not in held:
+            self.set_run_info({**info, key: {**held, name: value}} if entry is not None else {**info, key: value})
+        elif held[name] != value:
+            where = f"run_info.{key}" + (f"[{entry!r}]" if entry is not None else "")
+            raise ConfigMismatch(f"{self.root / 'config.json'}: {where} was {held[name]}, this run has {value}; "
                                  "results under both would mix. Use a new output folder.")
+
+    def merge_run_info(self, key: str, entries: Mapping[str, Any]) -> None:
+        """Add ``entries`` to the mapping ``run_info[key]`` (e.g. each model's provenance in a store several models
+        write), keeping the others'. A store opened without a configuration records nothing."""
+        if not self.config:
+            return
+        info = dict(self.config.get(RUN_INFO) or {})
+        merged = {**(info.get(key) or {}), **_canonical(dict(entries))}
+        if merged != info.get(key):
+            self.set_run_info({**info, key: merged})
 
     def add_skipped_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Add bad input rows a run (or one shard / worker of it) left out to ``run_info.skipped_rows``, keeping

@@ -320,6 +320,8 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
         task = StageTask(study.name, stage.name, tuple(sorted(ctx.params.items())),
                          budget if stage.budget else None, adaptive, budget_seed, budget_batch, progress)
         for mspec in (stage.models(ctx) if stage.models else [spec]):
+            store.merge_run_info("provenance", {mspec.name: _provenance(mspec, loaded if mspec is spec else None,
+                                                                        dataset)})
             if workers:
                 from mmfragile.distributed import run_on_ray
 
@@ -335,6 +337,18 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
         run.new_rows[stage.name] = len(new)
         run.new_questions[stage.name] = len({k[:2] for k in new})
     return run
+
+
+def _provenance(spec: ModelSpec, loaded: MLLM | None, dataset: str | None) -> dict[str, Any]:
+    """What the run ran on (:mod:`mmfragile.provenance`); a run is never stopped by it: what cannot be found out
+    is recorded as not recorded, with the reason."""
+    from mmfragile.provenance import run_provenance
+
+    try:
+        folder = loaded.checkpoint if loaded is not None else spec.checkpoint_dir()
+        return run_provenance(str(spec), folder, dataset)
+    except (OSError, ValueError) as e:
+        return {"model_spec": str(spec), "checkpoint_sha256": f"not recorded: {type(e).__name__}: {e}"}
 
 
 def stored_keys(store: ResultStore) -> set[tuple]:

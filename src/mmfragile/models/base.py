@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -129,6 +130,8 @@ class MLLM(abc.ABC):
     batch_size: int = 8
     #: how images are resized before the processor (pinned in a run's config.json); None if the backend says nothing
     image_policy: dict | None = None
+    #: the local checkpoint folder it was loaded from (hashed into a run's provenance); None for an API model
+    checkpoint: "Path | None" = None
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 16) -> list[str]:

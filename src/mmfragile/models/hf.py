@@ -177,8 +177,10 @@ class HFModel(MLLM):
             processor = transformers.AutoProcessor.from_pretrained(path, **kwargs)
         else:
             processor = transformers.AutoTokenizer.from_pretrained(path, **kwargs)
-        return cls(model.to(device), processor, name=name or Path(str(path)).name, batch_size=batch_size,
-                   max_pixels=max_pixels)
+        out = cls(model.to(device), processor, name=name or Path(str(path)).name, batch_size=batch_size,
+                  max_pixels=max_pixels)
+        out.checkpoint = Path(path) if Path(path).is_dir() else None
+        return out
 
     @property
     def image_policy(self) -> dict[str, Any]:

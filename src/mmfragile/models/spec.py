@@ -148,7 +148,7 @@ class ModelSpec:
         if self.backend == "vllm":
             from mmfragile.models.vllm_backend import VLLMModel
 
-            return VLLMModel(self._checkpoint(kind), **kw)
+            return VLLMModel(self.checkpoint_dir(), **kw)
         if kind == "zoo":
             from mmfragile.models.zoo import load_zoo
 
@@ -163,8 +163,11 @@ class ModelSpec:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # only the local HF cache, never the network
         return HFModel.from_pretrained(self.source, **kw)
 
-    def _checkpoint(self, kind: str) -> Path:
-        """The checkpoint folder vLLM loads."""
+    def checkpoint_dir(self) -> Path | None:
+        """The local checkpoint folder (built first for embedded and zoo models); None for an API model."""
+        kind = self.kind
+        if kind == "api":
+            return None
         if kind == "embedded":
             from mmfragile.models.embedded import embedded_model_path
 

@@ -175,7 +175,7 @@ class VLLMModel(MLLM):
         except ImportError as e:
             raise ImportError(f"the vLLM backend needs vLLM ({e}); create its environment with "
                               "scripts/install_vllm.sh and run mmfragile from it") from e
-        self.path = Path(path)
+        self.path = self.checkpoint = Path(path)
         if not (self.path / "config.json").is_file():
             raise FileNotFoundError(f"{self.path}: not a checkpoint folder (no config.json)")
         self.name = name or self.path.name

@@ -902,16 +902,30 @@ def _provenance(store: ResultStore) -> dict[str, Any]:
     fields["store"] = _rel(store.root)
     fields["study"] = str(cfg.get("study", NOT_RECORDED)) + (f" ({cfg['kind']})" if cfg.get("kind") else "")
     fields["rows"] = int(len(rows))
-    fields["model spec"] = cfg.get("model") or (", ".join(models) + " (from the rows)" if models else NOT_RECORDED)
-    ck = _lookup(both, lambda k: hashy(k) and any(t in k for t in ("checkpoint", "model", "weight")))
-    fields["checkpoint hash"] = f"{_short(ck[1])} ({ck[0]})" if ck else NOT_RECORDED
-    fields["dataset"] = cfg.get("dataset") or (", ".join(datasets) + " (from the rows)" if datasets else NOT_RECORDED)
-    dh = _lookup(both, lambda k: hashy(k) and any(t in k for t in ("dataset", "data", "file", "question")))
-    fields["dataset / file hash"] = f"{_short(dh[1])} ({dh[0]})" if dh else NOT_RECORDED
+    prov = info.get("provenance") if isinstance(info.get("provenance"), Mapping) else {}
+    specs = [str(p.get("model_spec")) for p in prov.values() if isinstance(p, Mapping) and p.get("model_spec")]
+    fields["model spec"] = (", ".join(specs) if specs else cfg.get("model")) or \
+        (", ".join(models) + " (from the rows)" if models else NOT_RECORDED)
+    if prov:  # what mmfragile.study.run_study records per model (mmfragile.provenance)
+        per = {m: p for m, p in prov.items() if isinstance(p, Mapping)}
+        fields["checkpoint hash"] = "; ".join(f"{m}: sha256 {_short(p.get('checkpoint_sha256', NOT_RECORDED), 72)}"
+                                              for m, p in per.items())
+        fields["dataset"] = cfg.get("dataset") or ", ".join(sorted({str(p.get("dataset")) for p in per.values()}))
+        fields["dataset / file hash"] = "; ".join(sorted({
+            f"{p.get('dataset')}: sha256 {_short(p.get('dataset_sha256', NOT_RECORDED), 72)}"
+            + (f" ({p['dataset_hash_method']})" if p.get("dataset_hash_method") else "") for p in per.values()}))
+        fields["version"] = "; ".join(sorted({", ".join(f"{k.removesuffix('_version')} {v}" for k, v in p.items()
+                                                        if k.endswith("_version")) for p in per.values()}))
+    else:  # stores written by other means: whatever their config says, or "not recorded"
+        ck = _lookup(both, lambda k: hashy(k) and any(t in k for t in ("checkpoint", "model", "weight")))
+        fields["checkpoint hash"] = f"{_short(ck[1])} ({ck[0]})" if ck else NOT_RECORDED
+        fields["dataset"] = cfg.get("dataset") or (", ".join(datasets) + " (from the rows)" if datasets else NOT_RECORDED)
+        dh = _lookup(both, lambda k: hashy(k) and any(t in k for t in ("dataset", "data", "file", "question")))
+        fields["dataset / file hash"] = f"{_short(dh[1])} ({dh[0]})" if dh else NOT_RECORDED
+        ver = _lookup(both, lambda k: "version" in k)
+        fields["version"] = f"{_short(ver[1])} ({ver[0]})" if ver else NOT_RECORDED
     ip = _lookup(both, lambda k: "image_policy" in k or "image policy" in k)
     fields["image policy"] = _short(ip[1]) if ip else NOT_RECORDED
-    ver = _lookup(both, lambda k: "version" in k)
-    fields["version"] = f"{_short(ver[1])} ({ver[0]})" if ver else NOT_RECORDED
     if "skipped_rows" in info:
         sk = info.get("skipped_rows") or []
         fields["skipped rows"] = f"{len(sk)}" + (": " + "; ".join(_short(r.get("reason", r) if isinstance(r, Mapping)
