@@ -83,8 +83,8 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     if refusal is not None and stand_in_logits:  # say so, once
         warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
                       stacklevel=2)
-    engine = (PrefixSharingEngine(model, batch_size=batch_size)
-              if mode != "generate" and refusal is None and not scored else None)
+    # the engine sizes its tail batches from free memory; batch_size is batched generate's
+    engine = PrefixSharingEngine(model) if mode != "generate" and refusal is None and not scored else None
     keys = pd.DataFrame([{"model": model.name, **it.key} for it in items], columns=store.key_columns)
     if items:
         store.declare(keys, shard.label)
@@ -101,27 +101,37 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
         written += store.append(buffer)
         buffer.clear()
 
-    def naive(prompts, option_ids, new_tokens, with_logits):
-        raws = model.generate(prompts, max_new_tokens=new_tokens)
-        return raws, (model.option_logits(prompts, option_ids) if with_logits else [None] * len(prompts))
+    def naive(chunk, with_logits):
+        """Batched generate (+ option logits), each item to its own max_new_tokens."""
+        raws: list = [None] * len(chunk)
+        logits: list = [None] * len(chunk)
+        by_length: dict[int, list[int]] = {}
+        for i, it in enumerate(chunk):
+            by_length.setdefault(it.max_new_tokens, []).append(i)
+        for new_tokens, idx in by_length.items():
+            ps = [chunk[i].prompt for i in idx]
+            outs = model.generate(ps, max_new_tokens=new_tokens)
+            lgs = model.option_logits(ps, [chunk[i].option_ids for i in idx]) if with_logits else [None] * len(ps)
+            for i, raw, lg in zip(idx, outs, lgs):
+                raws[i], logits[i] = raw, lg
+        return raws, logits
 
     for chunk in _chunks(todo, engine is not None, batch_size):
         prompts, option_ids = [it.prompt for it in chunk], [it.option_ids for it in chunk]
-        new_tokens = max(it.max_new_tokens for it in chunk)
         if scored:
-            raws, logits = model.generate_with_option_logits(prompts, option_ids, new_tokens)
+            raws, logits = model.generate_with_option_logits(prompts, option_ids, chunk[0].max_new_tokens)
         elif engine is None:
-            raws, logits = naive(prompts, option_ids, new_tokens, stand_in_logits)
+            raws, logits = naive(chunk, stand_in_logits)
         else:
             try:
-                outs = engine.run_group(prompts, option_ids, new_tokens)
+                outs = engine.run_group(prompts, option_ids, [it.max_new_tokens for it in chunk])
                 raws, logits = [o.text for o in outs], [o.option_logits for o in outs]
             except EngineInexact as e:
                 if mode == "engine":
                     raise
                 warnings.warn(f"{model.name}, {chunk[0].group}: {e}; this group runs through batched generate",
                               stacklevel=2)
-                raws, logits = naive(prompts, option_ids, new_tokens, True)
+                raws, logits = naive(chunk, True)
         for it, raw, lg in zip(chunk, raws, logits):
             row = {"model": model.name, **it.key, "raw_output": raw, "option_ids": list(it.option_ids),
                    "answer_id": it.answer_id, **score_fn(raw, it)}
@@ -138,10 +148,11 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
 
 
 def _chunks(items: Sequence[EvalItem], by_group: bool, batch_size: int) -> Iterable[list[EvalItem]]:
-    """Engine: all items of a group together (the engine batches internally); naive: plain batches,
-    with equal max_new_tokens inside a batch so the generation length matches the item's protocol."""
+    """Engine: all items of a group together - one shared prefix, each item decoded to its own max_new_tokens (the
+    engine batches internally); naive: plain batches, with equal max_new_tokens inside a batch so the generation
+    length matches the item's protocol."""
     if by_group:
-        for _, grp in groupby(items, key=lambda it: (it.group, it.max_new_tokens)):
+        for _, grp in groupby(items, key=lambda it: it.group):
             yield list(grp)
         return
     for _, grp in groupby(items, key=lambda it: it.max_new_tokens):

@@ -137,11 +137,6 @@ class FamilyAdapter:
         """Decode-step positions [b, t] in the layout forward() takes (identity for 1-D RoPE)."""
         return pos
 
-    def group_media_meta(self, enc: dict, n: int) -> dict[str, torch.Tensor]:
-        """Per-image processor outputs that :meth:`position_ids` needs for a batch of ``n`` rows that all hold the
-        images of the one-prompt encode ``enc`` (the engine's question groups); none for 1-D positions."""
-        return {}
-
     def tail_keys(self) -> tuple[str, ...]:
         """Per-token processor outputs that a forward over tail tokens needs (sliced along with the tokens)."""
         return ()
@@ -205,9 +200,6 @@ class QwenVLAdapter(FamilyAdapter):
                                             video_grid_thw=enc.get("video_grid_thw"),
                                             attention_mask=enc["attention_mask"])
         return pos * enc["attention_mask"][None]
-
-    def group_media_meta(self, enc: dict, n: int) -> dict[str, torch.Tensor]:
-        return {k: enc[k].repeat(n, 1) for k in ("image_grid_thw", "video_grid_thw") if enc.get(k) is not None}
 
     def expand_positions(self, pos: torch.Tensor) -> torch.Tensor:
         return pos[None].expand(3, -1, -1) if pos.dim() == 2 else pos
