@@ -86,10 +86,7 @@ class PrefixSharingEngine:
         eos = model.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None
                            else [model.tokenizer.eos_token_id])
-        cfg = model.model.config
-        self.media_token_ids = {int(t) for t in (getattr(cfg, k, None) for k in
-                                                 ("image_token_id", "image_token_index", "video_token_id",
-                                                  "video_token_index")) if t is not None}
+        self.media_token_ids = media_token_ids(model.model.config)
         self._media = torch.tensor(sorted(self.media_token_ids), dtype=torch.long)
         # transformers renamed forward()'s past_key_values to cache (5.2x); drive whichever this version takes
         params = inspect.signature(model.model.forward).parameters
@@ -331,6 +328,14 @@ FULL_RENDER_CHUNK = 8
 
 class _SpliceMismatch(Exception):
     """The spliced token ids of a group would not equal a full render; the message says where they differ."""
+
+
+def media_token_ids(config) -> set[int]:
+    """The ids of a checkpoint's image and video placeholder tokens (configs name them ``*_token_id`` or
+    ``*_token_index``, Gemma-3 both)."""
+    return {int(t) for t in (getattr(config, k, None) for k in ("image_token_id", "image_token_index",
+                                                                 "video_token_id", "video_token_index"))
+            if t is not None}
 
 
 def _cache_of(out):

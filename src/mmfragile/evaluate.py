@@ -63,7 +63,10 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     exact; a backend with its own ``generate_with_option_logits`` - vLLM: answers and option-ID log-probabilities
     in one request, at least ``model.batch_size`` prompts per call - uses that; elsewhere - a family the engine
     refuses, or a question group whose variants it cannot share - batched ``generate`` plus ``option_logits``,
-    with a warning naming the reason). ``shard`` (``"i/n"`` or a :class:`~mmfragile.shards.Shard`): evaluate only
+    with a warning naming the reason). ``auto`` never switches backends: which of the engine and vLLM is faster
+    depends on the workload (README, "Speed" and "vLLM backend"); load the model with ``vllm:`` to choose vLLM.
+    ``batch_size``: prompts per batched ``generate`` call (the engine sizes its tail batches from free memory).
+    ``shard`` (``"i/n"`` or a :class:`~mmfragile.shards.Shard`): evaluate only
     the items of that shard's question groups. The item keys are declared in the store's manifest under the
     shard's label first, so ``mmfragile merge`` can check the run for completeness. ``stop_after`` ends the run
     after that many new rows (used to simulate a killed run in tests)."""

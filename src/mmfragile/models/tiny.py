@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -56,12 +56,29 @@ def _char_vocab(specials: list[str]) -> dict[str, int]:
     return {t: i for i, t in enumerate(dict.fromkeys(toks))}
 
 
+def _trained_bpe(texts: Sequence[str], vocab_size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Byte-level BPE vocabulary and merges learnt from ``texts``: words it has seen become one token or a few, as
+    in a real tokenizer's vocabulary (one token per byte would count English text about four times over)."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    model = json.loads(bpe.to_str())["model"]
+    return model["vocab"], [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+
+
 def make_tokenizer(kind: str, specials: dict[str, str], extra: list[str] = (), named: dict[str, str] | None = None,
-                   **kwargs):
+                   train_on: Sequence[str] | None = None, vocab_size: int = 4096, **kwargs):
     """A tokenizer of class ``kind`` with a tiny vocabulary.
 
     ``specials``: bos/eos/pad/unk tokens; ``extra``: other special tokens of the family (turn markers, image
-    placeholders); ``named``: model-specific special tokens exposed as attributes (``tokenizer.image_token``)."""
+    placeholders); ``named``: model-specific special tokens exposed as attributes (``tokenizer.image_token``).
+    ``train_on`` (byte-level kinds): BPE merges learnt from these texts (up to ``vocab_size`` tokens), so prompts
+    are about as many tokens as with a real vocabulary (the GPU benchmark's cost model); else one token per byte."""
     import transformers
 
     named = dict(named or {})
@@ -71,8 +88,8 @@ def make_tokenizer(kind: str, specials: dict[str, str], extra: list[str] = (), n
     if kind in ("GemmaTokenizer", "LlamaTokenizer"):
         tok = cls(vocab=_char_vocab(all_special), merges=[("▁", c) for c in PRINTABLE], **specials, **kwargs)
     else:
-        vocab = _byte_vocab()
-        tok = cls(vocab=vocab, merges=[], **specials, **kwargs)
+        vocab, merges = _trained_bpe(train_on, vocab_size) if train_on else (_byte_vocab(), [])
+        tok = cls(vocab=vocab, merges=merges, **specials, **kwargs)
     tok.add_special_tokens({"additional_special_tokens": [t for t in all_special if t not in tok.get_vocab()]},
                            replace_extra_special_tokens=False)
     # model-specific named tokens (tokenizer.image_token, tokenizer.image_token_id) as the hub tokenizers carry them
@@ -253,10 +270,10 @@ def build_gemma3(out: Path, real: bool = False) -> None:
                          named={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
                                 "image_token": "<image_soft_token>"})
     # real: google/gemma-3-4b-it preprocessor_config.json - 896 x 896 (64 x 64 SigLIP patches pooled to 256
-    # tokens), do_pan_and_scan null (off); processor image_seq_length 256
-    px, tokens = (896, 256) if real else (28, 4)
+    # tokens), do_pan_and_scan null (off); processor image_seq_length 256; its config's sliding window 1024
+    px, tokens, window = (896, 256, 1024) if real else (28, 4, 512)
     vision = SiglipVisionConfig(**VISION, image_size=px, patch_size=14, vision_use_head=False)
-    text = _text_config("Gemma3TextConfig", tok, real, head_dim=32 if real else 16, sliding_window=512,
+    text = _text_config("Gemma3TextConfig", tok, real, head_dim=32 if real else 16, sliding_window=window,
                         query_pre_attn_scalar=16, layer_types=["sliding_attention", "full_attention"])
     cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=tokens,
                        boi_token_index=tok.boi_token_id, eoi_token_index=tok.eoi_token_id,
