@@ -265,8 +265,9 @@ def measure(model, dataset: str, n_questions: int, gen_prompts: int, batch_size:
     sync(device)
     peak_memory(device, reset=True)
     gen_s, gen_done, gen_flops, same = 0.0, 0, 0.0, 0
-    for s in range(0, min(gen_prompts, len(items)), model.batch_size):
-        batch = items[s:s + model.batch_size]
+    n_gen = min(gen_prompts, len(items))
+    for s in range(0, n_gen, model.batch_size):
+        batch = items[s:min(s + model.batch_size, n_gen)]
         t = time.perf_counter()
         by_len: dict[int, list] = {}
         for it in batch:
