@@ -319,7 +319,7 @@ class PrefixSharingEngine:
 
 
 #: most bytes a tail batch takes on the host: measured on the 1280 x 720 Qwen2.5-VL group (196 tails), batches of
-#: 8-64 rows ran as fast as one of 196 while the peak grew with the batch (``scripts/benchmark_engine.py``)
+#: 8-64 rows ran as fast as one of 196 or faster, while the peak grew with the batch (``scripts/benchmark_engine.py``)
 HOST_TAIL_BUDGET = 512 * 2**20
 
 #: variants per processor call when a group is rendered in full (splice mismatch): bounds memory to a few encodes
