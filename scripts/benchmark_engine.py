@@ -10,11 +10,25 @@ caches, SGLang-style, would compute).
     python scripts/benchmark_engine.py --arch qwen2_vl              # a tiny random checkpoint of a family
     python scripts/benchmark_engine.py --arch all --markdown        # every family, one README table row each
     python scripts/benchmark_engine.py --model /models/llava-1.5-7b-hf --questions 20 --batch-sizes 16,48
+
+High-resolution mode: each family's tiny checkpoint with its image processor as the real model ships it
+(``build_tiny(family, real_processor=True)``), one question with 4 options (196 prompts) on one image of each size
+(``mmfragile.data.synthetic.benchmark_questions``).
+Memory is the peak RSS of fresh processes: one that loads the model and encodes the question once, one that loads it
+and runs the engine on the group (run_items, mode="engine") then batched generate (batch 16) - the speed ratio comes
+from that one process:
+
+    python scripts/benchmark_engine.py --real-processor --arch qwen2_5_vl --image-size 1280x720
+    python scripts/benchmark_engine.py --real-processor --arch all --image-size 1280x720,1920x1080 --markdown
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -79,17 +93,17 @@ def token_accounting(model, items) -> dict[str, int]:
     return {"generate": full, "engine": engine, "trie": trie}
 
 
-def run(model, items, batch_sizes, engine_batch, naive: bool) -> dict:
+def run(model, items, batch_sizes, naive: bool) -> dict:
     from mmfragile.runner import run_items
     from mmfragile.store import ResultStore
 
     model.generate([items[0].prompt], 1)  # warm-up (allocations, lazy init) outside every timing
     paths = ([("per-prompt generate", "generate", 1)] if naive else []) + \
-        [(f"batched generate ({b})", "generate", b) for b in batch_sizes] + [("engine", "engine", engine_batch)]
+        [(f"batched generate ({b})", "generate", b) for b in batch_sizes] + [("engine", "engine", 1)]
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, mode, bs in paths:
-            model.batch_size = bs
+            model.batch_size = bs  # batched generate's; the engine sizes its tail batches from free memory
             with PeakRSS() as mem:
                 t = time.perf_counter()
                 res = run_items(model, items, ResultStore(f"{tmp}/{len(out)}"), mode=mode, batch_size=bs,
@@ -123,6 +137,96 @@ def report(name, items, n_questions, res, tokens, markdown: bool) -> None:
           f"-> a radix tree could save at most {1 - tokens['trie'] / tokens['engine']:.0%} of the engine's tokens")
 
 
+# ---------------------------------------------------------------------------------------------- high resolution
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def high_res_worker(a) -> dict:
+    """One measurement in this (fresh) process: ``encode`` (model + one encode of the question) or ``paths``
+    (model + the engine on the group, then batched generate on the first ``--generate-prompts`` prompts)."""
+    from mmfragile.api import load_model
+    from mmfragile.data.synthetic import benchmark_questions
+    from mmfragile.engine import media_token_ids
+    from mmfragile.runner import run_items
+    from mmfragile.studies.format_bias.items import format_bias_items
+    from mmfragile.models.base import Prompt
+    from mmfragile.models.tiny import build_tiny
+    from mmfragile.store import ResultStore
+
+    w, h = map(int, a.image_size.split("x"))
+    model = load_model(str(build_tiny(a.arch, real_processor=True)))
+    with tempfile.TemporaryDirectory() as tmp:
+        items = format_bias_items(model, benchmark_questions(a.image_dir, (w, h)))  # the parent made the image
+        # lazy initialisation on a small image, so the peak below is the measured path's
+        small = Prompt("Warm-up.", images=benchmark_questions(a.image_dir, (64, 48)).images[0])
+        model.generate([small], 1)
+        out = {"arch": a.arch, "size": a.image_size, "prompts": len(items), "after_load_mib": peak_rss_mib()}
+        if a.worker == "encode":
+            t = time.perf_counter()
+            enc = model.encode([items[0].prompt])
+            out.update(seconds=time.perf_counter() - t, peak_mib=peak_rss_mib(), tokens=int(enc["input_ids"].shape[1]),
+                       image_tokens=int(sum(int((enc["input_ids"] == t).sum()) for t in media_token_ids(model.model.config))))
+            return out
+        res = {}
+        for mode, subset in (("engine", items), ("generate", items[:a.generate_prompts or len(items)])):
+            t = time.perf_counter()
+            df = run_items(model, subset, ResultStore(f"{tmp}/{mode}"), mode=mode, batch_size=16, progress=False)
+            res[mode] = {"seconds": time.perf_counter() - t, "prompts": len(subset), "peak_mib": peak_rss_mib(),
+                         "raw": dict(zip(df.variant, df.raw_output))}
+        same = [res["engine"]["raw"][v] == r for v, r in res["generate"]["raw"].items()]
+        out.update({m: {k: v for k, v in r.items() if k != "raw"} for m, r in res.items()},
+                   identical=f"{sum(same)}/{len(same)}")
+        return out
+
+
+def high_res(a) -> None:
+    """Run the workers of every (family, size), each in its own process, and print the table."""
+    from mmfragile.models.tiny import REAL_PROCESSOR_FAMILIES
+
+    archs = REAL_PROCESSOR_FAMILIES if a.arch in (None, "all") else a.arch.split(",")
+    if a.markdown:
+        print("| family (real processor) | image | image tokens | prompt tokens | model + one encode, peak RSS | "
+              "engine group, peak RSS | engine / one encode | batched generate, peak RSS | engine, prompts/s | "
+              "batched generate, prompts/s (prompts) | engine / generate | identical |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|")
+    from mmfragile.data.synthetic import benchmark_questions
+
+    images = tempfile.TemporaryDirectory()
+    for size in a.image_size.split(",") + ["64x48"]:  # made here: a 4K image's synthesis would set a worker's peak
+        benchmark_questions(images.name, tuple(map(int, size.split("x"))))
+    for arch in archs:
+        for size in a.image_size.split(","):
+            r = {}
+            for worker in ("encode", "paths"):
+                cmd = [sys.executable, __file__, "--real-processor", "--worker", worker, "--arch", arch, "--image-size",
+                       size, "--threads", str(a.threads), "--generate-prompts", str(a.generate_prompts or 0),
+                       "--image-dir", images.name]
+                p = subprocess.run(cmd, capture_output=True, text=True)
+                if p.returncode != 0:
+                    r["error"] = f"{worker} failed: {p.stderr.strip().splitlines()[-1]}"
+                    break
+                r[worker] = json.loads(p.stdout.strip().splitlines()[-1])
+            if "error" in r:
+                print(f"| {arch} | {size} | {r['error']} |" if a.markdown else json.dumps(r), flush=True)
+                continue
+            enc, paths = r["encode"], r["paths"]
+            eng, gen = paths["engine"], paths["generate"]
+            e_rate, g_rate = eng["prompts"] / eng["seconds"], gen["prompts"] / gen["seconds"]
+            row = dict(arch=arch, size=size, image_tokens=enc["image_tokens"], tokens=enc["tokens"],
+                       encode_mib=enc["peak_mib"], engine_mib=eng["peak_mib"], ratio=eng["peak_mib"] / enc["peak_mib"],
+                       engine_rate=e_rate, gen_rate=g_rate, gen_prompts=gen["prompts"], speedup=e_rate / g_rate,
+                       identical=paths["identical"], generate_mib=gen["peak_mib"])
+            if a.markdown:
+                print(f"| {arch} | {size} | {row['image_tokens']:,} | {row['tokens']:,} | {row['encode_mib'] / 1024:.2f} GB | "
+                      f"{row['engine_mib'] / 1024:.2f} GB | **{row['ratio']:.2f}x** | {row['generate_mib'] / 1024:.2f} GB | "
+                      f"{e_rate:.1f} | {g_rate:.2f} "
+                      f"({gen['prompts']}) | **{row['speedup']:.1f}x** | {row['identical']} |", flush=True)
+            else:
+                print(json.dumps(row), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-vlm", help="embedded name, checkpoint folder or HF-cache id")
@@ -131,12 +235,23 @@ def main() -> None:
     ap.add_argument("--text", action="store_true", help="text-only questions (for text LMs)")
     ap.add_argument("--formats", type=int, default=48, help="first N of the 48 formats (fewer: faster runs)")
     ap.add_argument("--batch-sizes", default="16,48", help="batched-generate batch sizes (lmms-eval runs 16-48)")
-    ap.add_argument("--engine-batch", type=int, default=48)
     ap.add_argument("--no-naive", action="store_true", help="skip the per-prompt generate path (slow)")
     ap.add_argument("--markdown", action="store_true", help="one README table row per model")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--real-processor", action="store_true",
+                    help="high-resolution mode: --arch families with their real image processors (see above)")
+    ap.add_argument("--image-size", default="1280x720", help="high-resolution mode: WxH[,WxH...]")
+    ap.add_argument("--generate-prompts", type=int, default=0,
+                    help="high-resolution mode: batched generate on the first N prompts only (0: all)")
+    ap.add_argument("--worker", choices=["encode", "paths"], help=argparse.SUPPRESS)
+    ap.add_argument("--image-dir", help=argparse.SUPPRESS)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.worker:
+        print(json.dumps(high_res_worker(a)))
+        return
+    if a.real_processor:
+        return high_res(a)
 
     from mmfragile.api import load_dataset, load_model
     from mmfragile.studies.format_bias.items import format_bias_items
@@ -161,7 +276,7 @@ def main() -> None:
         items = format_bias_items(model, qs, formats=all_formats()[:a.formats])
         if not a.markdown:
             print(f"model={name} device={model.device} threads={a.threads}")
-        res = run(model, items, [int(b) for b in a.batch_sizes.split(",")], a.engine_batch, not a.no_naive)
+        res = run(model, items, [int(b) for b in a.batch_sizes.split(",")], not a.no_naive)
         report(name, items, len(qs), res, token_accounting(model, items), a.markdown)
 
 

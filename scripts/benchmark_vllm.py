@@ -8,6 +8,11 @@ prompts/second, the ratios, start-up time, and whether every backend's answers e
     python scripts/benchmark_vllm.py                                  # smollm2, 3 text questions (539 prompts)
     python scripts/benchmark_vllm.py --model smollm2-vlm --dataset synthetic-image --questions 3
     python scripts/benchmark_vllm.py --backends vllm-cache,hf-engine   # a subset
+    python scripts/benchmark_vllm.py --model zoo-smollm2-good --dataset easy-vqa --questions 2
+    # high resolution: a tiny checkpoint with the real image processor, 4-option questions on 1280 x 720 images
+    python scripts/benchmark_vllm.py --model ~/.cache/mmfragile/tiny/qwen2_5_vl-real --image-size 1280x720
+
+vLLM runs with automatic prefix caching (on / off) and its multimodal processor cache on (4 GiB, the default).
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ def worker(a) -> None:
 
     torch.set_num_threads(a.threads)
     from mmfragile.api import load_dataset, load_model
+    from mmfragile.data.synthetic import benchmark_questions
     from mmfragile.runner import run_items
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.models.base import Prompt
@@ -46,11 +52,13 @@ def worker(a) -> None:
     t = time.perf_counter()
     model = load_model(a.model, backend=backend, **kwargs)
     start = time.perf_counter() - t
-    items = format_bias_items(model, load_dataset(a.dataset).head(a.questions))
-    model.generate([Prompt("Warm-up: say one word.")], 2)  # lazy init outside the timing, no shared prefix
     with tempfile.TemporaryDirectory() as tmp:
+        qs = (benchmark_questions(tmp, tuple(map(int, a.image_size.split("x"))), a.questions) if a.image_size else
+              load_dataset(a.dataset).head(a.questions))
+        items = format_bias_items(model, qs)
+        model.generate([Prompt("Warm-up: say one word.")], 2)  # lazy init outside the timing, no shared prefix
         t = time.perf_counter()
-        res = run_items(model, items, ResultStore(tmp), mode=mode, batch_size=a.batch_size, progress=False)
+        res = run_items(model, items, ResultStore(f"{tmp}/store"), mode=mode, batch_size=a.batch_size, progress=False)
         seconds = time.perf_counter() - t
     res = res.sort_values(["question_id", "variant"])
     Path(a.out).write_text(json.dumps({"prompts": len(items), "questions": a.questions, "seconds": seconds,
@@ -63,7 +71,11 @@ def main() -> None:
     ap.add_argument("--dataset", default="synthetic-text")
     ap.add_argument("--questions", type=int, default=3, help="first N questions of the dataset")
     ap.add_argument("--backends", default=",".join(BACKENDS))
-    ap.add_argument("--batch-size", type=int, default=16, help="HF generate batch and engine tail batch")
+    ap.add_argument("--image-size", default=None, metavar="WxH",
+                    help="4-option questions on WxH images (mmfragile.data.synthetic.benchmark_questions) instead "
+                         "of --dataset")
+    ap.add_argument("--batch-size", type=int, default=16,
+                    help="HF batched-generate batch (the engine sizes its tail batches from memory)")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads (HF)")
     ap.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile (faster start)")
     ap.add_argument("--worker", choices=list(BACKENDS), help=argparse.SUPPRESS)
@@ -85,7 +97,8 @@ def main() -> None:
                 sys.exit(f"{name}: no vLLM environment at {vllm_venv()}; run scripts/install_vllm.sh")
             cmd = [py, __file__, "--worker", name, "--out", f"{tmp}/{name}.json", "--model", a.model,
                    "--dataset", a.dataset, "--questions", str(a.questions), "--batch-size", str(a.batch_size),
-                   "--threads", str(a.threads)] + (["--enforce-eager"] if a.enforce_eager else [])
+                   "--threads", str(a.threads)] + (["--enforce-eager"] if a.enforce_eager else []) + \
+                (["--image-size", a.image_size] if a.image_size else [])
             print(f"running {name} ...", flush=True)
             p = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if p.returncode != 0:
@@ -93,7 +106,7 @@ def main() -> None:
             out[name] = json.loads(Path(f"{tmp}/{name}.json").read_text())
     ref = out.get("hf-engine") or out[names[0]]
     base = out.get("hf-generate")
-    print(f"\nmodel={a.model} dataset={a.dataset} questions={a.questions} prompts={ref['prompts']} "
+    print(f"\nmodel={a.model} dataset={a.image_size or a.dataset} questions={a.questions} prompts={ref['prompts']} "
           f"(48 formats + standard x circular shifts); load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs")
     print(f"{'backend':<28}{'prompts/s':>10}{'seconds':>9}{'start s':>9}{'vs generate':>13}{'vs engine':>11}"

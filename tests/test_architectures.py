@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from mmfragile.api import load_model
 from mmfragile.models.adapters import EngineInexact
@@ -224,3 +225,25 @@ def test_image_policy_caps_large_images_and_is_pinned_in_the_store(tmp_path_fact
     assert ResultStore(tmp_path / "s").config["run_info"]["image_policy"][capped.name]["max_pixels"] == 512 * 512
     with pytest.raises(ConfigMismatch, match="image_policy"):
         run_items(load_model(path), items, ResultStore(tmp_path / "s", config={"study": "t"}), progress=False)
+
+
+def test_engine_splices_variant_texts_onto_one_processor_call(family_model):
+    """The engine runs the processor once per question group (the first variant) and joins every variant's own
+    text tokens to its ids: every row - and every per-token tensor - equals the variant's full render."""
+    from mmfragile.engine import PrefixSharingEngine, _unpad_key
+
+    family, model = family_model
+    if family in ENGINE_REFUSES:
+        return
+    engine = PrefixSharingEngine(model)
+    imgs = sample_images()
+    for images in ([imgs[0]], [imgs[1], imgs[2]]):
+        ps = engine_variants(images)
+        rows, prefix, extra = engine.group_rows(ps)
+        assert engine.stats["full_render_groups"] == 0
+        for i, p in enumerate(ps):
+            full = model.encode([p])
+            assert rows[i].tolist() == _unpad_key(full, "input_ids")[0].tolist(), f"{family} variant {i}"
+            for k, v in extra.items():
+                assert torch.equal(v[i], _unpad_key(full, k)[0]), f"{family} variant {i}: {k}"
+        assert prefix["input_ids"].shape[0] == 1  # the one processor call: variant 0's encode

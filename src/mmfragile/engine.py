@@ -4,14 +4,18 @@ The format-bias grid asks each question in 48 formats x O circular shifts; Promp
 61 instructions. All variants of a question share a token prefix (system prompt, image tokens, question);
 only the tail differs. :class:`PrefixSharingEngine`
 
-1. renders every variant with the model's own chat template and processor,
+1. renders every variant with the model's own chat template; the processor - image resizing, normalising,
+   patching - runs **once**, on the first variant; every variant's text is tokenised alone and joined to that
+   encode's ids (checked against full renders on a sample of groups: :meth:`PrefixSharingEngine.group_rows`),
 2. finds their longest common token prefix and runs it - vision encoder included - **once**, with the prefix's
    own processor outputs (pixel values, grids, token types: whatever the family's forward takes),
-3. copies that KV cache across a batch of variants and runs only the differing tails, left-padded between
+3. shares that KV cache with a batch of variants (expanded views where the cache class only ever concatenates;
+   a copy otherwise), the batch sized from free memory, and runs only the differing tails, left-padded between
    prefix and tail, each token at the position ``generate`` would give it (1-D, or Qwen's 3-D M-RoPE positions
    computed by the model's own ``get_rope_index`` over the full rows),
-4. decodes greedily from there for ``max_new_tokens`` steps (1 step when all option IDs are one token:
-   then the answer *is* the argmax of the next-token logits and the option-ID logits come from the same pass).
+4. decodes greedily from there for each variant's ``max_new_tokens`` steps (1 step when all option IDs are one
+   token: then the answer *is* the argmax of the next-token logits and the option-ID logits come from the same
+   pass); variants whose option IDs differ in length share one prefix and stop at their own limits.
 
 The result equals :meth:`HFModel.generate` token for token on every family the adapters know (tested per
 architecture in ``tests/test_architectures.py``). Family differences come from
@@ -22,6 +26,8 @@ verified adapter, variants whose images fall in the differing tail, rows longer 
 from __future__ import annotations
 
 import copy
+import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -30,7 +36,7 @@ import torch
 
 from mmfragile.models.adapters import EngineInexact
 from mmfragile.models.base import Prompt
-from mmfragile.models.hf import HFModel, left_pad
+from mmfragile.models.hf import HFModel, extend_per_token, left_pad
 
 __all__ = ["PrefixSharingEngine", "EngineOutput", "EngineInexact", "engine_supported", "engine_refusal"]
 
@@ -54,65 +60,221 @@ def engine_supported(model) -> bool:
 
 
 class PrefixSharingEngine:
-    def __init__(self, model: HFModel, batch_size: int = 32):
+    """``batch_size``: at most that many tails per forward (None: as many as fit in the memory budget, up to
+    ``max_batch``); the memory estimate lowers an explicit value too. The budget: ``memory_budget`` bytes if given,
+    else ``memory_fraction`` of the free memory at the time - on the GPU all of it, on the host at most
+    :data:`HOST_TAIL_BUDGET` (on CPU a larger batch is no faster, and a group should cost about the memory of one
+    encode whatever its number of variants).
+    ``verify_every``: every k-th group (and the first) checks its spliced token ids against full renders of two of
+    its variants (see :meth:`group_rows`). ``share_cache=False`` gives every tail batch its own copy of the prefix's
+    cache even where views would do (the reference the views are tested against)."""
+
+    def __init__(self, model: HFModel, batch_size: int | None = None, memory_fraction: float = 0.4,
+                 memory_budget: int | None = None, max_batch: int = 256, verify_every: int = 16,
+                 share_cache: bool = True):
         reason = engine_refusal(model)
         if reason is not None:
             raise EngineInexact(f"{getattr(model, 'name', model)}: {reason}")
         self.m = model
         self.batch_size = batch_size
+        self.memory_fraction = float(memory_fraction)
+        self.memory_budget = memory_budget
+        self.max_batch = int(max_batch)
+        self.verify_every = max(1, int(verify_every))
+        self.share_cache = bool(share_cache)
+        self._first_ids: dict[str, int] = {}
         eos = model.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None
                            else [model.tokenizer.eos_token_id])
-        cfg = model.model.config
-        self.media_token_ids = {int(t) for t in (getattr(cfg, k, None) for k in
-                                                 ("image_token_id", "image_token_index", "video_token_id",
-                                                  "video_token_index")) if t is not None}
-        self.stats = {"prefix_tokens": 0, "tail_tokens": 0, "groups": 0}
+        self.media_token_ids = media_token_ids(model.model.config)
+        self._media = torch.tensor(sorted(self.media_token_ids), dtype=torch.long)
+        # transformers renamed forward()'s past_key_values to cache (5.2x); drive whichever this version takes
+        params = inspect.signature(model.model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.stats = {"prefix_tokens": 0, "tail_tokens": 0, "groups": 0, "spliced_groups": 0, "verified_groups": 0,
+                      "full_render_groups": 0, "tail_batches": 0, "max_tail_batch": 0, "shared_cache_views": 0,
+                      "cache_copies": 0}
+
+    # ------------------------------------------------------------------ token rows of a group
+    def group_rows(self, prompts: Sequence[Prompt]) -> tuple[list[torch.Tensor], dict, dict[str, list[torch.Tensor]]]:
+        """Token rows of every variant, the prefix encode (the ONE processor call with images: pixel values, grids,
+        token types of variant 0) and the per-token tensors of every row.
+
+        The image work runs once: variant 0 goes through the processor; every variant's rendered text is tokenised
+        alone (image placeholders unexpanded) and its part after the variants' common token prefix is joined to
+        variant 0's expanded ids. The splice must reproduce variant 0's own ids, and on the first and every
+        ``verify_every``-th group two more variants are rendered in full (one at a time) and compared; on any
+        mismatch the group warns with the reason and renders every variant in full (:data:`FULL_RENDER_CHUNK` at a
+        time, keeping only the token tensors: memory stays that of a few encodes)."""
+        m, ad = self.m, self.m.adapter
+        media = m.supports_images and any(p.images for p in prompts)
+        if not media:  # text alone: the tokenizer (or the processor's text path) is all there is to run
+            enc = m.encode(prompts)
+            return _unpad(enc), m.encode(prompts[:1]), {k: _unpad_key(enc, k) for k in _per_token_keys(enc, ad)}
+        enc0 = m.encode(prompts[:1])
+        texts = [m.render(p) for p in prompts]
+        try:
+            rows, extra = self._splice(enc0, texts)
+            verify = self.stats["groups"] % self.verify_every == 0 and len(prompts) > 1
+            if verify:
+                sample = sorted({len(prompts) // 2, len(prompts) - 1} - {0})
+                for i in sample:
+                    self._check_against_full(i, prompts[i], rows[i], {k: v[i] for k, v in extra.items()})
+                self.stats["verified_groups"] += 1
+            self.stats["spliced_groups"] += 1
+            return rows, enc0, extra
+        except _SpliceMismatch as e:
+            warnings.warn(f"{m.name}: prefix-sharing engine cannot splice the token ids of the group of "
+                          f"{prompts[0].text[:60]!r} ({e}); its {len(prompts)} variants are rendered in full, "
+                          f"{FULL_RENDER_CHUNK} per processor call", stacklevel=3)
+        self.stats["full_render_groups"] += 1
+        rows, extra = [], {}
+        for s in range(0, len(prompts), FULL_RENDER_CHUNK):
+            enc = m.encode(prompts[s:s + FULL_RENDER_CHUNK])
+            rows += _unpad(enc)
+            for k in _per_token_keys(enc, ad):
+                extra.setdefault(k, []).extend(_unpad_key(enc, k))
+            del enc
+        return rows, enc0, extra
+
+    def tokenize(self, texts: list[str]) -> list[torch.Tensor]:
+        """Token ids of rendered texts with their image placeholders unexpanded (no special tokens added: whatever
+        the processor adds lies in its expansion of the prefix)."""
+        return [torch.tensor(r, dtype=torch.long) for r in self.m.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+    def _splice(self, enc0: dict, texts: list[str]):
+        """Variant 0's processed ids up to the variants' common text prefix, then each variant's own text tokens.
+        Exact when the processor only expands what comes before that point (image placeholders, BOS) and
+        tokenises the rest as the tokenizer does - checked on variant 0 here, on sampled variants by
+        :meth:`_check_against_full`."""
+        ad = self.m.adapter
+        raw = self.tokenize(texts)
+        full0 = _unpad(enc0)[0]
+        k = min(_common_prefix_len(raw), min(len(r) for r in raw) - 1) if len(raw) > 1 else len(raw[0]) - 1
+        if k < 0:
+            raise _SpliceMismatch("a variant renders to no tokens")
+        big_k = k + len(full0) - len(raw[0])  # the processor's expansion (image tokens, BOS) all lies before k
+        if big_k < 0 or not torch.equal(full0[big_k:], raw[0][k:]):
+            raise _SpliceMismatch("the processor changes the text after the variants' common prefix (variant 0's "
+                                  "processed ids do not end with its tokenised text)")
+        media = torch.isin(full0, self._media).nonzero()
+        if len(media) and int(media[-1]) >= big_k:
+            raise _SpliceMismatch("image tokens lie after the variants' common prefix")
+        head = full0[:big_k]
+        rows = [torch.cat([head, r[k:]]) for r in raw]
+        extra = {}
+        for key in _per_token_keys(enc0, ad):
+            old = _unpad_key(enc0, key)[0][:big_k]
+            extra[key] = [extend_per_token(old, len(r) - k, ad.per_token[key]) for r in raw]
+        return rows, extra  # rows[0] == full0: head + raw[0][k:] with full0[big_k:] == raw[0][k:] checked above
+
+    def _check_against_full(self, i: int, prompt: Prompt, row: torch.Tensor, extra: dict) -> None:
+        enc = self.m.encode([prompt])
+        if not torch.equal(_unpad(enc)[0], row):
+            raise _SpliceMismatch(f"variant {i}'s spliced token ids differ from its full render")
+        for k, v in extra.items():
+            if k in enc and not torch.equal(_unpad_key(enc, k)[0], v):
+                raise _SpliceMismatch(f"variant {i}'s spliced {k} differ from its full render")
 
     # ------------------------------------------------------------------
-    def run_group(self, prompts: Sequence[Prompt], candidates: Sequence[Sequence[str]], max_new_tokens: int) -> list[EngineOutput]:
-        """Variants of ONE question (same images). Returns one output per prompt, in order; raises
+    def run_group(self, prompts: Sequence[Prompt], candidates: Sequence[Sequence[str]],
+                  max_new_tokens: int | Sequence[int]) -> list[EngineOutput]:
+        """Variants of ONE question (same images); ``max_new_tokens`` for all or one per variant (each stops where
+        ``generate`` with its own limit would). Returns one output per prompt, in order; raises
         :class:`EngineInexact` (before any model call) if sharing the prefix would not be exact."""
         m, ad = self.m, self.m.adapter
+        limits = [int(max_new_tokens)] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        steps = max(limits)
         if len({(tuple(map(str, p.images)), p.video) for p in prompts}) > 1:
             raise ValueError("run_group takes variants that share their images")
-        enc = m.encode(prompts)
-        mask = enc["attention_mask"].bool()
-        rows = [enc["input_ids"][i][mask[i]] for i in range(len(prompts))]
+        rows, prefix, per_row = self.group_rows(prompts)
         plen = min(_common_prefix_len(rows), min(len(r) for r in rows) - 1)  # every tail needs >= 1 token
-        for r in rows:
-            if any(int(t) in self.media_token_ids for t in r[plen:]):
-                raise EngineInexact("image tokens fall in the part where the variants differ: nothing to share")
-        positions = ad.position_ids(m.model, enc)  # [B, L] or [3, B, L], as generate would use them
-        row_pos = [positions[..., i, :][..., mask[i]] for i in range(len(rows))]
-        per_token = {k: [enc[k][i][mask[i]] for i in range(len(rows))] for k in ad.tail_keys() if k in enc}
+        if self.media_token_ids and any(bool(torch.isin(r[plen:], self._media).any()) for r in rows):
+            raise EngineInexact("image tokens fall in the part where the variants differ: nothing to share")
+        # positions as generate gives them: the model's own for variant 0 (whose processor outputs the prefix
+        # encode holds), then each tail from variant 0's first tail position on, one per token - the tails are
+        # text, and text tokens advance every position component by one (1-D RoPE and M-RoPE alike)
+        start = ad.position_ids(m.model, prefix)[..., 0, plen]  # scalar, or [3] for M-RoPE
+        row_pos = [start[..., None] + torch.arange(len(r) - plen) for r in rows]
+        per_token = {k: v for k, v in per_row.items() if k in ad.tail_keys()}
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))  # similar lengths together: less padding
-        batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        bsz = self.tail_batch_size(len(rows), max(len(r) for r in rows) + steps,
+                                   max(len(r) for r in rows) - plen)
+        n_batches = -(-len(order) // bsz)
+        bsz = -(-len(order) // n_batches)  # equal batches: as few forwards, less padding in the last
+        batches = [order[s:s + bsz] for s in range(0, len(order), bsz)]
         pads = {i: max(len(rows[j]) for j in b) - len(rows[i]) for b in batches for i in b}
-        ad.check_exact(m.model, [len(r) for r in rows], [pads[i] for i in range(len(rows))], max_new_tokens)
+        ad.check_exact(m.model, [len(r) for r in rows], [pads[i] for i in range(len(rows))], steps)
         self.stats["groups"] += 1
         self.stats["prefix_tokens"] += plen
 
-        prefix = m.encode(prompts[:1])  # the prefix's own pixel values / grids / token types, in its layout
+        prefix = dict(prefix)
         for k, v in list(prefix.items()):
             if k in ("input_ids", "attention_mask") or k in ad.per_token or k in ad.tail_keys():
                 prefix[k] = v[:, :plen]
         with torch.inference_mode():
             out = m.model(**m._to_device(prefix), use_cache=True, logits_to_keep=1)
+        prefix_cache = _cache_of(out)
+        del prefix, out  # pixel values and the prefix's logits: only its KV cache is needed from here on
         results: list[EngineOutput | None] = [None] * len(rows)
         for idx in batches:
-            tails = self._decode_tails([rows[i][plen:] for i in idx], plen, [row_pos[i][..., plen:] for i in idx],
-                                       {k: [v[i][plen:] for i in idx] for k, v in per_token.items()}, out.cache,
-                                       [candidates[i] for i in idx], max_new_tokens)
+            tails = self._decode_tails([rows[i][plen:] for i in idx], plen, [row_pos[i] for i in idx],
+                                       {k: [v[i][plen:] for i in idx] for k, v in per_token.items()}, prefix_cache,
+                                       [candidates[i] for i in idx], [limits[i] for i in idx])
             for i, o in zip(idx, tails):
                 results[i] = o
         return results  # type: ignore[return-value]
 
+    def _first_token_id(self, text: str) -> int:
+        """:meth:`HFModel.first_token_id`, remembered: a group asks for the same few option IDs hundreds of times."""
+        if text not in self._first_ids:
+            self._first_ids[text] = self.m.first_token_id(text)
+        return self._first_ids[text]
+
+    # ------------------------------------------------------------------ memory
+    def tail_batch_size(self, n_rows: int, row_len: int, tail_len: int) -> int:
+        """Tails per forward: ``batch_size`` (or ``max_batch``), lowered to what fits in the memory budget (see the
+        class) by an estimate of one row's cost (:func:`_row_bytes`)."""
+        cap = min(self.batch_size or self.max_batch, n_rows)
+        per_row = _row_bytes(self.m.model, row_len, tail_len, copies=1 if self.share_cache else 2)
+        return max(1, min(cap, int(self.tail_budget() // max(per_row, 1))))
+
+    def tail_budget(self) -> int:
+        """Bytes a tail batch may take (see the class)."""
+        if self.memory_budget is not None:
+            return int(self.memory_budget)
+        budget = int(self.memory_fraction * free_memory(self.m.device))
+        return budget if torch.device(self.m.device).type == "cuda" else min(budget, HOST_TAIL_BUDGET)
+
+    def _share(self, prefix_cache, b: int):
+        """The prefix's cache for a batch of ``b`` tails: views expanded along the batch axis where every layer
+        only ever replaces its tensors by concatenation (DynamicLayer, DynamicSlidingWindowLayer: the tails'
+        keys are torch.cat-ed onto a new tensor, the prefix's stay untouched); a deep copy repeated ``b`` times
+        for any other cache class."""
+        if self.share_cache and _views_allowed(prefix_cache):
+            shared = copy.copy(prefix_cache)
+            shared.layers = []
+            for layer in prefix_cache.layers:
+                new = copy.copy(layer)
+                for name in ("keys", "values"):
+                    t = getattr(layer, name, None)
+                    if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[0] == 1:
+                        setattr(new, name, t.expand(b, *t.shape[1:]))
+                shared.layers.append(new)
+            self.stats["shared_cache_views"] += 1
+            return shared
+        cache = copy.deepcopy(prefix_cache)
+        cache.batch_repeat_interleave(b)
+        self.stats["cache_copies"] += 1
+        return cache
+
     @torch.inference_mode()
-    def _decode_tails(self, tails, plen, tail_pos, tail_extra, prefix_cache, candidates, max_new_tokens) -> list[EngineOutput]:
+    def _decode_tails(self, tails, plen, tail_pos, tail_extra, prefix_cache, candidates, limits) -> list[EngineOutput]:
         m, ad, dev = self.m, self.m.adapter, self.m.device
         b = len(tails)
         self.stats["tail_tokens"] += sum(len(t) for t in tails)
+        self.stats["tail_batches"] += 1
+        self.stats["max_tail_batch"] = max(self.stats["max_tail_batch"], b)
         ids = left_pad(tails, m.tokenizer.pad_token_id)  # pads sit between prefix and tail, masked out
         tmask = left_pad([torch.ones(len(t), dtype=torch.long) for t in tails], 0)
         # positions: [..., t] per row -> put the position axis first so left_pad pads it, then restore the layout
@@ -121,33 +283,125 @@ class PrefixSharingEngine:
             pos = pos.movedim(1, 0)
         extra = {k: left_pad(v, 0) for k, v in tail_extra.items()}
         mask = torch.cat([torch.ones((b, plen), dtype=torch.long), tmask], 1)
-        cache = copy.deepcopy(prefix_cache)
-        cache.batch_repeat_interleave(b)
-        out = m.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), cache=cache,
-                      use_cache=True, logits_to_keep=1, **m._to_device(extra))
+        cache = self._share(prefix_cache, b)
+        out = m.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                      use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}, **m._to_device(extra))
+        del cache
         logits = out.logits[:, -1, :].float()
-        first = logits.argmax(-1)
-        opt_logits = [logits[i, [m.first_token_id(c) for c in candidates[i]]].cpu().numpy() for i in range(b)]
+        first = logits.argmax(-1).cpu()
+        # every row's option-ID logits in one gather (one device-to-host copy, not one per row)
+        cols = [[self._first_token_id(c) for c in cands] for cands in candidates]
+        rows_idx = torch.tensor([i for i, c in enumerate(cols) for _ in c], device=logits.device)
+        picked = logits[rows_idx, torch.tensor([t for c in cols for t in c], device=logits.device)].cpu().numpy()
+        opt_logits = np.split(picked, np.cumsum([len(c) for c in cols])[:-1])
+        del logits
         generated = [[int(t)] for t in first]
-        done = torch.tensor([int(t) in self.eos_ids for t in first])
+        done = torch.tensor([int(t) in self.eos_ids or lim <= 1 for t, lim in zip(first, limits)])
         next_tok, next_pos = first, pos[..., -1] + 1  # text continues one position after the row's last token
         step_extra = extra
-        for _ in range(max_new_tokens - 1):
+        for _ in range(max(limits) - 1):
             if bool(done.all()):
                 break
             mask = torch.cat([mask, torch.ones((b, 1), dtype=torch.long)], 1)
             step_extra = ad.decode_kwargs(step_extra)
             out = m.model(input_ids=next_tok[:, None].to(dev), attention_mask=mask.to(dev),
-                          position_ids=next_pos[..., None].to(dev), cache=out.cache, use_cache=True,
-                          **m._to_device(step_extra))
+                          position_ids=next_pos[..., None].to(dev), use_cache=True,
+                          **{self._cache_kw: _cache_of(out)}, **m._to_device(step_extra))
             next_tok = out.logits[:, -1, :].float().argmax(-1).cpu()
             next_pos = next_pos + 1
             for i in range(b):
                 if not done[i]:
                     generated[i].append(int(next_tok[i]))
-                    done[i] = int(next_tok[i]) in self.eos_ids
+                    done[i] = int(next_tok[i]) in self.eos_ids or len(generated[i]) >= limits[i]
+        del out
         texts = m.tokenizer.batch_decode(generated, skip_special_tokens=True)
         return [EngineOutput(texts[i], opt_logits[i], int(first[i])) for i in range(b)]
+
+
+#: most bytes a tail batch takes on the host: measured on the 1280 x 720 Qwen2.5-VL group (196 tails), batches of
+#: 8-64 rows ran as fast as one of 196 or faster, while the peak grew with the batch (``scripts/benchmark_engine.py``)
+HOST_TAIL_BUDGET = 512 * 2**20
+
+#: variants per processor call when a group is rendered in full (splice mismatch): bounds memory to a few encodes
+FULL_RENDER_CHUNK = 8
+
+
+class _SpliceMismatch(Exception):
+    """The spliced token ids of a group would not equal a full render; the message says where they differ."""
+
+
+def media_token_ids(config) -> set[int]:
+    """The ids of a checkpoint's image and video placeholder tokens (configs name them ``*_token_id`` or
+    ``*_token_index``, Gemma-3 both)."""
+    return {int(t) for t in (getattr(config, k, None) for k in ("image_token_id", "image_token_index",
+                                                                 "video_token_id", "video_token_index"))
+            if t is not None}
+
+
+def _cache_of(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _views_allowed(cache) -> bool:
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+    except ImportError:
+        return False
+    layers = getattr(cache, "layers", None)
+    return (isinstance(cache, DynamicCache) and bool(layers) and not getattr(cache, "offloading", False)
+            and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers))
+
+
+def _per_token_keys(enc: dict, ad) -> list[str]:
+    return [k for k in ad.per_token if k in enc]
+
+
+def _unpad(enc: dict) -> list[torch.Tensor]:
+    return _unpad_key(enc, "input_ids")
+
+
+def _unpad_key(enc: dict, key: str) -> list[torch.Tensor]:
+    mask = enc["attention_mask"].bool()
+    return [enc[key][i][mask[i]] for i in range(len(mask))]
+
+
+def free_memory(device) -> int:
+    """Bytes free for new tensors: on CUDA the driver's free memory plus what torch's allocator holds unused, on
+    the host /proc/meminfo's MemAvailable."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        return int(free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev))
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * 2**30
+
+
+def _row_bytes(model, row_len: int, tail_len: int, copies: int = 1) -> int:
+    """Estimated peak bytes one tail row adds to a batch: its KV cache over the whole row (the concatenation
+    that appends the tail materialises the shared prefix once per row; ``copies=2`` when the prefix was also
+    copied per row first), one more layer's worth while a concatenation holds old and new, the tail's
+    activations (residual, attention projections, MLP) and attention scores (float32, as eager attention
+    keeps them), and the last position's logits."""
+    cfg = model.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    layers = int(getattr(text, "num_hidden_layers", 32) or 32)
+    heads = int(getattr(text, "num_attention_heads", 32) or 32)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    hidden = int(getattr(text, "hidden_size", 4096) or 4096)
+    head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
+    inter = int(getattr(text, "intermediate_size", None) or 4 * hidden)
+    vocab = int(getattr(text, "vocab_size", 32000) or 32000)
+    el = next(model.parameters()).element_size()
+    kv_layer = 2 * kv_heads * head_dim * el * row_len
+    act = tail_len * (8 * hidden + 3 * inter) * el + 2 * tail_len * heads * row_len * 4
+    return int((copies * layers + 1) * kv_layer + act + 3 * vocab * 4)
 
 
 def _common_prefix_len(rows: Sequence[torch.Tensor]) -> int:

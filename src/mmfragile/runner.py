@@ -84,7 +84,10 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     reason). ``shard`` (``"i/n"`` or a :class:`~mmfragile.shards.Shard`): evaluate only the items of that shard's
     question groups. The item keys are declared in the store's manifest under the shard's label first, so
     ``mmfragile merge`` can check the run for completeness. ``stop_after`` ends the run after that many new rows
-    (used to simulate a killed run in tests). Items keep their order (a study sorts them as it likes batches)."""
+    (used to simulate a killed run in tests). Items keep their order (a study sorts them as it likes batches).
+    ``auto`` never switches backends: which of the engine and vLLM is faster depends on the workload (README,
+    "Speed" and "vLLM backend"); load the model with ``vllm:`` to choose vLLM. ``batch_size``: prompts per batched
+    ``generate`` call (the engine sizes its tail batches from free memory)."""
     if mode not in ("auto", "engine", "generate"):
         raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
     shard = Shard.parse(shard)
@@ -138,15 +141,18 @@ class _Caller:
         if refusal is not None and self.stand_in_logits:  # say so, once
             warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
                           stacklevel=3)
-        self.engine = (PrefixSharingEngine(model, batch_size=batch_size)
+        # the engine sizes its tail batches from free memory; batch_size is batched generate's
+        self.engine = (PrefixSharingEngine(model)
                        if generates and mode != "generate" and refusal is None and not self.fused else None)
 
     def chunks(self, items: Sequence[EvalItem]) -> Iterable[list[EvalItem]]:
-        """Engine: all generate items of a group together (the engine batches internally); otherwise plain
-        batches of one request kind and one decoding setting, so every item gets its own protocol."""
+        """Engine: all generate items of a group together - one shared prefix, each item decoded to its own
+        ``max_new_tokens`` (the engine batches internally); otherwise plain batches of one request kind and one
+        decoding setting, so every item gets its own protocol."""
         def setting(it: EvalItem) -> tuple:
-            by_group = it.request == "generate" and bool(it.option_ids) and self.engine is not None
-            return (it.request, it.max_new_tokens, it.temperature, it.top_p, it.group if by_group else "")
+            if it.request == "generate" and it.option_ids and self.engine is not None:
+                return (it.request, None, None, None, it.group)
+            return (it.request, it.max_new_tokens, it.temperature, it.top_p, "")
 
         for (request, *_, group), grp in groupby(items, key=setting):
             grp = list(grp)
@@ -175,21 +181,34 @@ class _Caller:
         if self.fused:
             raws, logits = m.generate_with_option_logits(prompts, option_ids, new_tokens)
         elif self.engine is None:
-            raws, logits = self._naive(prompts, option_ids, new_tokens, self.stand_in_logits)
+            raws, logits = self._naive(chunk, self.stand_in_logits)
         else:
             try:
-                outs = self.engine.run_group(prompts, option_ids, new_tokens)
+                outs = self.engine.run_group(prompts, option_ids, [it.max_new_tokens for it in chunk])
                 raws, logits = [o.text for o in outs], [o.option_logits for o in outs]
             except EngineInexact as e:
                 if self.mode == "engine":
                     raise
                 warnings.warn(f"{m.name}, {chunk[0].group}: {e}; this group runs through batched generate",
                               stacklevel=3)
-                raws, logits = self._naive(prompts, option_ids, new_tokens, True)
+                raws, logits = self._naive(chunk, True)
         return [_Output(raw, {"raw_output": raw, "option_ids": list(it.option_ids), "answer_id": it.answer_id},
                         {"option_logits": None if lg is None else [float(x) for x in lg]})
                 for it, raw, lg in zip(chunk, raws, logits)]
 
-    def _naive(self, prompts, option_ids, new_tokens, with_logits):
-        raws = self.model.generate(prompts, max_new_tokens=new_tokens)
-        return raws, (self.model.option_logits(prompts, option_ids) if with_logits else [None] * len(prompts))
+    def _naive(self, chunk: list[EvalItem], with_logits: bool):
+        """Batched generate (+ option logits), each item to its own ``max_new_tokens`` (an engine group that falls
+        back holds several)."""
+        raws: list = [None] * len(chunk)
+        logits: list = [None] * len(chunk)
+        by_length: dict[int, list[int]] = {}
+        for i, it in enumerate(chunk):
+            by_length.setdefault(it.max_new_tokens, []).append(i)
+        for new_tokens, idx in by_length.items():
+            prompts = [chunk[i].prompt for i in idx]
+            outs = self.model.generate(prompts, max_new_tokens=new_tokens)
+            lgs = (self.model.option_logits(prompts, [chunk[i].option_ids for i in idx]) if with_logits
+                   else [None] * len(prompts))
+            for i, raw, lg in zip(idx, outs, lgs):
+                raws[i], logits[i] = raw, lg
+        return raws, logits

@@ -237,3 +237,37 @@ def training_scenes(n: int, seed: int = 1, exclude_seed: int = 0,
                 out.append((kind, sc))
         i += 1
     return out
+
+
+# ---------------------------------------------------------------------------------------------- benchmark questions
+#: 4-option questions in the style of MMBench / A-OKVQA / HR-Bench (the benchmarks' cost depends on their lengths)
+BENCHMARK_QUESTIONS = [
+    ("Which of the following best describes the object held by the person in the image?",
+     ["a red umbrella", "a wooden walking stick", "a blue shopping bag", "a folded newspaper"]),
+    ("What is the colour of the small sign on the left side of the image?", ["red", "blue", "green", "yellow"]),
+    ("How many people are sitting at the table in the background?", ["one", "two", "three", "four"]),
+    ("What is the most likely season in which this photo was taken?", ["spring", "summer", "autumn", "winter"]),
+    ("Which text appears on the banner above the entrance?", ["OPEN DAILY", "GRAND SALE", "WELCOME HOME", "NO PARKING"]),
+    ("Where is the bicycle relative to the bench?", ["to the left", "to the right", "behind it", "in front of it"]),
+]
+
+
+def benchmark_questions(folder: str | Path, size: tuple[int, int], n: int = 1, dataset: str = "HRBench-4K",
+                        prefix: str = "q") -> pd.DataFrame:
+    """``n`` 4-option questions (48 formats + standard x 4 circular shifts = 196 prompts each), each on its own
+    photo-sized JPEG of ``size`` (width, height): a ramp plus noise, which compresses and decodes as a photo does.
+    What the speed benchmarks time at real image sizes (``dataset`` picks the Table 5 standard format). An image
+    already in ``folder`` is reused, so a process that measures memory can be handed images made elsewhere."""
+    w, h = size
+    rows = []
+    for i in range(n):
+        path = Path(folder) / f"{prefix}-{w}x{h}-{i}.jpg"
+        if not path.exists():
+            noise = np.random.default_rng(i).integers(0, 77, (h, w, 3), dtype=np.uint8)
+            ramp = np.linspace(0, 178, w).astype(np.uint8)[None, :, None]
+            Image.fromarray(noise + ramp).save(path, quality=90)  # <= 76 + 178: no overflow
+        question, options = BENCHMARK_QUESTIONS[i % len(BENCHMARK_QUESTIONS)]
+        rows.append({"dataset": dataset, "question_id": f"{prefix}-{w}x{h}-{i}", "question": question,
+                     "options": options, "answer": i % 4, "images": [str(path)], "category": "benchmark",
+                     "modality": "image"})
+    return pd.DataFrame(rows)

@@ -124,7 +124,7 @@ def check_engine(model, max_new_tokens: int = 4) -> Check:
     from mmfragile.engine import EngineInexact, PrefixSharingEngine
 
     try:
-        engine = PrefixSharingEngine(model, batch_size=4)
+        engine = PrefixSharingEngine(model, batch_size=4, verify_every=1)  # every group's splice checked too
     except EngineInexact as e:
         return Check(None, f"engine refuses: {e}")
     imgs = sample_images()
@@ -143,8 +143,10 @@ def check_engine(model, max_new_tokens: int = 4) -> Check:
         diff = max(float(np.abs(o.option_logits - l).max()) for o, l in zip(outs, lg))
         ok &= diff < ATOL
         details.append(f"max |dlogit| {diff:.1e}")
-    return Check(ok, "; ".join(details) + f"; prefix {engine.stats['prefix_tokens']} / tail "
-                                         f"{engine.stats['tail_tokens']} tokens")
+    spliced = engine.stats["spliced_groups"] == engine.stats["groups"]  # image work once per group, never re-rendered
+    return Check(ok and spliced, "; ".join(details) + f"; prefix {engine.stats['prefix_tokens']} / tail "
+                 f"{engine.stats['tail_tokens']} tokens; spliced {engine.stats['spliced_groups']}/"
+                 f"{engine.stats['groups']} groups")
 
 
 CHECKS: dict[str, Callable] = {

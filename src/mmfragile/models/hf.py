@@ -74,6 +74,15 @@ def left_pad(rows: Sequence[torch.Tensor], value) -> torch.Tensor:
     return out
 
 
+def extend_per_token(values: torch.Tensor, n: int, fill: int) -> torch.Tensor:
+    """One row's per-token processor output followed by ``n`` entries for appended text tokens: ``fill``, or the last
+    entry repeated when ``fill`` is -1 (the family adapter's ``per_token`` value; -1 is what generate does for
+    Llama-3.2-Vision's cross-attention mask)."""
+    add = (values[-1:].expand(n, *values.shape[1:]) if fill == -1 else
+           torch.full((n, *values.shape[1:]), fill, dtype=values.dtype))
+    return torch.cat([values, add])
+
+
 def _auto_class(config, default: str) -> str:
     """The Auto class to load a checkpoint with: remote code names its own in auto_map (first of the usual ones);
     a vision checkpoint whose type the image-text-to-text mapping lacks is a causal LM with vision (Phi-4)."""
@@ -231,13 +240,8 @@ class HFModel(MLLM):
             new = torch.tensor(cids)
             for k, fill in fills.items():
                 old = enc[k][i][mask[i]]
-                if k == "input_ids":
-                    add = new.to(old.dtype)
-                elif fill == -1:
-                    add = old[-1:].expand(len(cids), *old.shape[1:])
-                else:
-                    add = torch.full((len(cids), *old.shape[1:]), fill, dtype=old.dtype)
-                rows[k].append(torch.cat([old, add]))
+                rows[k].append(torch.cat([old, new.to(old.dtype)]) if k == "input_ids" else
+                               extend_per_token(old, len(cids), fill))
         out = dict(enc)
         pad = {"input_ids": self.tokenizer.pad_token_id}
         for k, rs in rows.items():

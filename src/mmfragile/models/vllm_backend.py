@@ -19,7 +19,8 @@
   :func:`mmfragile.runner.run_items` uses, as it uses the engine for HF models).
 
 Automatic prefix caching is on (the 48 formats x shifts of a question share their system prompt, image
-tokens and question), tensor parallelism is ``tensor_parallel_size``. vLLM needs its own environment
+tokens and question), and so is vLLM's multimodal processor cache (a question's image is processed once, not once
+per variant; each image file is also decoded once per call), tensor parallelism is ``tensor_parallel_size``. vLLM needs its own environment
 (``scripts/install_vllm.sh``); on a CPU build the engine gets all cores, 32-token KV blocks (larger blocks
 rarely fill with a shared prefix, so the cache would never hit) and float32 weights, as the HF backend uses
 on CPU. Checkpoints whose CLIP / SigLIP vision tower transformers 5 saved without the ``vision_model.``
@@ -152,6 +153,8 @@ class VLLMModel(MLLM):
         name: the model name stored with results (default: the folder name).
         tensor_parallel_size: GPUs (or CPU worker processes) the model is split over.
         enable_prefix_caching: automatic prefix caching (on by default; off only to measure what it buys).
+        mm_processor_cache_gb: vLLM's multimodal processor cache (GiB): an image it has processed - every variant
+            of a question repeats it - is not resized, normalised and patched again; 0 turns it off.
         enforce_eager: skip torch.compile / CUDA graphs (much faster start, slower steps).
         max_images_per_prompt: most images (or video frames) one prompt may carry.
         dtype: ``"auto"`` for the checkpoint's dtype; default float32 on CPU (as the HF backend) else auto.
@@ -167,7 +170,8 @@ class VLLMModel(MLLM):
     fused_option_logits = True
 
     def __init__(self, path: str | Path, name: str | None = None, tensor_parallel_size: int = 1,
-                 enable_prefix_caching: bool = True, enforce_eager: bool = False, max_images_per_prompt: int = 16,
+                 enable_prefix_caching: bool = True, mm_processor_cache_gb: float = 4.0, enforce_eager: bool = False,
+                 max_images_per_prompt: int = 16,
                  dtype: str | None = None, block_size: int | None = None, seed: int = 0, **llm_kwargs: Any):
         try:
             from vllm import LLM
@@ -204,6 +208,7 @@ class VLLMModel(MLLM):
             kwargs["block_size"] = block_size
         if self.supports_images:
             kwargs["limit_mm_per_prompt"] = {"image": max_images_per_prompt}
+            kwargs["mm_processor_cache_gb"] = mm_processor_cache_gb
         kwargs.update(llm_kwargs)
         self.max_images_per_prompt = max_images_per_prompt
         #: loglikelihood requests rerun because their prefix-cache hit covered a scored position
@@ -226,6 +231,7 @@ class VLLMModel(MLLM):
 
     def _inputs(self, prompts: Sequence[Prompt], continuations: Sequence[str] | None = None) -> list[dict]:
         out = []
+        loaded: dict[str, Any] = {}  # an image file shared by the variants of a question is decoded once per call
         for i, p in enumerate(prompts):
             ids = self.prompt_token_ids(p)
             if continuations is not None:
@@ -239,9 +245,17 @@ class VLLMModel(MLLM):
                     raise ValueError(f"prompt {i} has {len(p.images)} images; this engine was started with "
                                      f"max_images_per_prompt={self.max_images_per_prompt}")
                 order = self.adapter.image_order(frames_as_images(p))  # images in the order the template places them
-                req["multi_modal_data"] = {"image": [load_image(p.images[k], f"prompt {i}") for k in order]}
+                req["multi_modal_data"] = {"image": [self._load(p.images[k], f"prompt {i}", loaded) for k in order]}
             out.append(req)
         return out
+
+    @staticmethod
+    def _load(image, where: str, loaded: dict):
+        if not isinstance(image, (str, Path)):
+            return load_image(image, where)
+        if str(image) not in loaded:
+            loaded[str(image)] = load_image(image, where)
+        return loaded[str(image)]
 
     def first_token_id(self, text: str) -> int:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
