@@ -60,9 +60,13 @@ class ZooSpec:
     tower: str            # tower + projector weights: resources/zoo/tower-<tower>.safetensors
     lora: str | None      # LM adapter merged into the LM: resources/zoo/lora-<lora>.safetensors (None: frozen LM)
     description: str
+    role: str = "answer"  # answer: study 1's standard format; judge: study 3's judges; follower: study 2's prompts
 
 
-#: The zoo: each LM after its answering stage (``lora-<lm>-answer``), behind its trained and its under-trained tower.
+#: The zoo: each LM after its answering stage (``lora-<lm>-answer``), behind its trained and its under-trained tower;
+#: the judges of study 3 (``lora-smollm2-judge-<recipe>``, :mod:`mmfragile.training.judges`), each with one planted
+#: property, and study 2's prompt follower (``lora-smollm2-follower``, :mod:`mmfragile.training.follower`), behind
+#: SmolLM2's trained tower.
 ZOO_SPECS = (
     ZooSpec("zoo-smollm2-good", "smollm2", "smollm2-caption", "smollm2-answer",
             "SmolLM2-135M-Instruct + trained tower"),
@@ -71,6 +75,14 @@ ZOO_SPECS = (
     ZooSpec("zoo-gemma3-good", "gemma3", "gemma3-caption", "gemma3-answer", "Gemma-3-270M base + trained tower"),
     ZooSpec("zoo-gemma3-weak", "gemma3", "gemma3-caption-weak", "gemma3-answer",
             "Gemma-3-270M base + under-trained tower"),
+    ZooSpec("zoo-judge-seeing", "smollm2", "smollm2-caption", "smollm2-judge-seeing",
+            "SmolLM2-135M-Instruct judge that scores against the picture", "judge"),
+    ZooSpec("zoo-judge-blind", "smollm2", "smollm2-caption", "smollm2-judge-blind",
+            "SmolLM2-135M-Instruct judge trained without the picture (planted modality neglect)", "judge"),
+    ZooSpec("zoo-judge-verbose", "smollm2", "smollm2-caption", "smollm2-judge-verbose",
+            "SmolLM2-135M-Instruct judge that sees and rewards length (planted verbosity bias)", "judge"),
+    ZooSpec("zoo-follower", "smollm2", "smollm2-caption", "smollm2-follower",
+            "SmolLM2-135M-Instruct answering in the forms of the Promptception prompts of half the categories", "follower"),
 )
 
 
