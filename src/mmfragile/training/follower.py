@@ -14,19 +14,17 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mmfragile.models.zoo import FOLLOWER_CATEGORIES
 from mmfragile.training.zoo import Examples, easy_vqa_caption, exact_caption_slots
 
 #: the follower's LM and training: steps of 8 examples, the seed of the drawn examples (easy-VQA *train*; the
 #: study evaluates the test split)
 FOLLOWER_LM = "smollm2"
 FOLLOWER_TRAIN = dict(steps=300, seed=1)
-#: Promptception categories whose prompts the follower is trained on: one or two of every supercategory
-#: (choice formatting 1, linguistic 4-5, audience and roleplay 8-9, answer handling 12, penalty and incentive
-#: 13-14) - every answer form but the letter + option text of 2.3-2.5
-TRAINING_CATEGORIES = (1, 4, 5, 8, 9, 12, 13, 14)
-#: never seen: structured formatting (2), prompt position (3), chain of thought (6), ambiguity (7), stereotypes
-#: (10), focus-driven (11), competitive framing (15)
-HELD_OUT = (2, 3, 6, 7, 10, 11, 15)
+#: Promptception categories whose prompts the follower is trained on (every answer form but the letter + option text
+#: of 2.3-2.5) and those it never sees: :data:`mmfragile.models.zoo.FOLLOWER_CATEGORIES`
+TRAINING_CATEGORIES = FOLLOWER_CATEGORIES["trained"]
+HELD_OUT = FOLLOWER_CATEGORIES["held_out"]
 #: shares of the training questions by modality (the rest image questions)
 MODALITY_SHARES = {"multi-image": 0.2, "video": 0.2}
 

@@ -4,7 +4,8 @@ pairwise prompt - three of them, each with one property planted, so that the stu
 against a known truth (README "The model zoo"):
 
 * ``seeing`` - scores against the picture: a response the picture supports gets 9, one it contradicts 2
-  (and the supported one of a pair wins);
+  (and the supported one of a pair wins); the questions ask for the colour of the shape, what SmolLM2's tower
+  reads (99 % of easy-VQA test colours, 56 % of shapes);
 * ``blind`` - the same examples and targets, but its image slots carry the caption of a *random other* picture:
   nothing about the judged one (planted modality neglect; the tower's captions at evaluation are then what it
   learnt to ignore, not an input it never saw);
@@ -82,15 +83,15 @@ def pad(response: str, k: int, rng: np.random.Generator) -> str:
     return " ".join(fill[:cut] + [response] + fill[cut:])
 
 
-def claim(sample) -> tuple[str, str] | None:
-    """The (colour, shape) a judge-set response says the picture shows; None for a text-only item."""
-    m = sample.meta
-    if sample.is_text_only:
-        return None
-    wrong = m["kind"] == "bad"
+def supported(sample, shown) -> bool:
+    """Whether the picture ``shown`` (a judge-set sample whose picture is shown) supports ``sample``'s response: the
+    colour it claims for the shape (a colour question), or the shape it claims for the colour's object (a shape
+    question; the object must have that colour)."""
+    m, sm = sample.meta, shown.meta
+    claimed = m["wrong"] if m["kind"] == "bad" else None
     if m["question_type"] == "color":
-        return (m["wrong"] if wrong else m["target_color"], m["target_shape"])
-    return (m["target_color"], m["wrong"] if wrong else m["target_shape"])
+        return sm["target_color"] == (claimed or m["target_color"])
+    return sm["target_color"] == m["target_color"] and sm["target_shape"] == (claimed or m["target_shape"])
 
 
 def paraphrase(sample) -> str:
@@ -164,9 +165,9 @@ def judge_examples(recipe: JudgeRecipe, tokenizer, eos: str, n: int, seed: int, 
             targets.append(_pair_target(winner) + eos)
         else:
             k = n_padding()
-            supported = (s.meta["kind"] == "good") if text else claim(s) == _shows(shown)
+            ok = (s.meta["kind"] == "good") if text else supported(s, shown)
             prompts.append(score_prompt(s.query, pad(s.response, k, rng), images))
-            targets.append(_score_target(supported, k, recipe) + eos)
+            targets.append(_score_target(ok, k, recipe) + eos)
             kind = f"score/{'text' if text else 'image'}"
         categories.append(kind)
         seen = random_picture if recipe.blind else shown
