@@ -103,9 +103,14 @@ def test_committed_zoo_records():
         assert rec[f"zoo-{lm}-weak"]["steps"] == train.TRAIN["weak_steps"]
         answering = rec[f"answer-{lm}"]
         assert answering["steps"] == train.ANSWER["steps"] and answering["train_accuracy"]["all"] >= 0.9
-    for s in zoo.ZOO_SPECS:  # the fine-tunes of studies 2 and 3 learnt their training examples
-        if s.role != "answer":
-            assert rec[s.name]["steps"] >= 200 and rec[s.name]["train_accuracy"]["all"] >= 0.8, s.name
+    for s in zoo.ZOO_SPECS:  # the fine-tunes of studies 2 and 3 (training accuracy of the last 20 steps)
+        acc = rec[s.name]["train_accuracy"] if s.role != "answer" else None
+        if s.role == "follower":  # image and multi-image forms learnt; 3-frame video questions harder (~0.5)
+            assert acc["all"] >= 0.8, s.name
+        elif s.role == "judge" and s.planted == "modality neglect":  # its slots say nothing: it cannot tell
+            assert acc["score/image"] < 0.8, acc
+        elif s.role == "judge":  # scores against the exact caption: learnt
+            assert acc["score/image"] >= 0.95 and acc["pair/correct-wrong"] >= 0.85, (s.name, acc)
     json.dumps(rec)  # plain JSON
 
 
