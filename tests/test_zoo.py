@@ -14,6 +14,9 @@ from mmfragile.models import zoo
 from mmfragile.models.embedded import save_llava
 from mmfragile.training import zoo as train
 
+#: the zoo's answering models (study 1's standard format); the judges and the follower are tested with their studies
+ANSWERING = tuple(s.name for s in zoo.ZOO_SPECS if s.role == "answer")
+
 
 def test_image_attributes_read_the_questions():
     """Test image 0: 'what is the red shape?' -> triangle, 'what is the color of the triangle?' -> red; the
@@ -88,9 +91,11 @@ def test_committed_zoo_records():
     for s in zoo.ZOO_SPECS:
         assert zoo.weights_file("tower", s.tower).stat().st_size < 2_000_000
         assert zoo.weights_file("lora", s.lora).stat().st_size < 20_000_000
+        if s.role != "answer":
+            continue
         mc = rec[s.name]["easy_vqa_test"]
         assert mc["n_questions"] >= 40 and mc["accuracy"] > mc["chance"] + 5 and mc["coverage"] > 90
-    assert max(rec[n]["easy_vqa_test"]["halfway"] for n in zoo.ZOO_MODELS) >= 0.5
+    assert max(rec[n]["easy_vqa_test"]["halfway"] for n in ANSWERING) >= 0.5
     for lm in zoo.LMS:
         good, weak = rec[f"zoo-{lm}-good"]["vision_accuracy"], rec[f"zoo-{lm}-weak"]["vision_accuracy"]
         assert good["easy-vqa/colour"] >= 95 and good["easy-vqa"] >= 75 and weak["easy-vqa"] <= good["easy-vqa"] - 10
@@ -98,6 +103,14 @@ def test_committed_zoo_records():
         assert rec[f"zoo-{lm}-weak"]["steps"] == train.TRAIN["weak_steps"]
         answering = rec[f"answer-{lm}"]
         assert answering["steps"] == train.ANSWER["steps"] and answering["train_accuracy"]["all"] >= 0.9
+    for s in zoo.ZOO_SPECS:  # the fine-tunes of studies 2 and 3 (training accuracy of the last 20 steps)
+        acc = rec[s.name]["train_accuracy"] if s.role != "answer" else None
+        if s.role == "follower":  # image and multi-image forms learnt; 3-frame video questions harder (~0.5)
+            assert acc["all"] >= 0.8, s.name
+        elif s.role == "judge" and s.planted == "modality neglect":  # its slots say nothing: it cannot tell
+            assert acc["score/image"] < 0.8, acc
+        elif s.role == "judge":  # scores against the exact caption: learnt
+            assert acc["score/image"] >= 0.95 and acc["pair/correct-wrong"] >= 0.85, (s.name, acc)
     json.dumps(rec)  # plain JSON
 
 
@@ -118,7 +131,7 @@ MC_SLICE = dict(split="test", n=40, seed=0)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", zoo.ZOO_MODELS)
+@pytest.mark.parametrize("name", ANSWERING)
 def test_zoo_model_beats_chance_and_the_best_reaches_halfway(name, tmp_path):
     """Each zoo model, loaded by name as a user would, answers the standard-format circular multiple choice of a
     fixed easy-VQA test slice better than chance; the best at least halfway from chance to perfect (the issue's

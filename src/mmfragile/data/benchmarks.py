@@ -123,6 +123,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("easy-vqa", "easy-vqa", "mmfragile.data.easyvqa:load_easy_vqa_mc", "PyPI easy-vqa (test split), "
               "multiple choice with seeded distractors", (), "uppercase-dot-line_break", "as synthetic-vqa",
               builtin=True),
+    Benchmark("easy-vqa-media", "easy-vqa-media", "mmfragile.data.easyvqa:load_easy_vqa_media", "PyPI easy-vqa "
+              "(test split): its questions as multiple choice + multi-image and 3-frame video questions built from "
+              "its pictures (mmfragile.data.easyvqa)", (), "uppercase-dot-line_break", "as synthetic-vqa",
+              video="3-frame clips of easy-VQA pictures", builtin=True),
+    Benchmark("easy-VQA judge set", "easy-vqa-judge", "mmfragile.studies.judgebias.data:make_easy_vqa_judge_set",
+              "PyPI easy-vqa (test split): colour / shape questions with a correct and a wrong response each",
+              standard_source="none: judge data, not multiple choice", builtin=True, study="judge"),
 )
 
 

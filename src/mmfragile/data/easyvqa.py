@@ -90,3 +90,63 @@ def image_attributes(split: str = "train") -> dict[str, dict[str, str]]:
 def load_easy_vqa_mc(n: int | None = None, seed: int = 0) -> pd.DataFrame:
     """The benchmark registry's ``easy-vqa``: the test split as multiple choice, 200 questions unless ``n``."""
     return load_easy_vqa(n=n or 200, seed=seed)
+
+
+def known_pictures(split: str) -> list[tuple[str, str, str]]:
+    """``(path, colour, shape)`` of every picture of ``split`` whose colour and shape its questions state (sorted by
+    path): the pictures whose exact caption is known (:func:`image_attributes`)."""
+    return sorted((p, a["colour"], a["shape"]) for p, a in image_attributes(split).items()
+                  if "colour" in a and "shape" in a)
+
+
+def multi_image_question(rng: np.random.Generator, pictures: list[tuple[str, str, str]], qid: str,
+                         dataset: str) -> MCQuestion:
+    """Which of 2-3 easy-VQA pictures (of distinct colours) shows a <colour> shape; options "Image 1", ..."""
+    k = int(rng.integers(2, 4))
+    chosen = _distinct_colours(rng, pictures, k)
+    target = int(rng.integers(k))
+    return MCQuestion(dataset, qid, f"Which image shows a {chosen[target][1]} shape?",
+                      [f"Image {i + 1}" for i in range(k)], target, [p for p, _, _ in chosen], "multi-image",
+                      "multi-image")
+
+
+def video_question(rng: np.random.Generator, pictures: list[tuple[str, str, str]], qid: str,
+                   dataset: str) -> MCQuestion:
+    """A 3-frame "video" of easy-VQA pictures of distinct colours: the colour of the shape at its start or end;
+    the options are the frames' colours (+ one other colour, at random)."""
+    frames = _distinct_colours(rng, pictures, 3)
+    when = "start" if rng.random() < 0.5 else "end"
+    answer = frames[0 if when == "start" else -1][1]
+    opts = [c for _, c, _ in frames]
+    if rng.random() < 0.5:
+        opts.append(str(rng.choice([c for c in image_colours() if c not in opts])))
+    opts = [str(o) for o in rng.permutation(opts)]
+    return MCQuestion(dataset, qid, f"What colour is the shape at the {when} of the video?", opts, opts.index(answer),
+                      [p for p, _, _ in frames], "video", "video")
+
+
+def _distinct_colours(rng: np.random.Generator, pictures: list[tuple[str, str, str]], k: int) -> list:
+    out: list[tuple[str, str, str]] = []
+    while len(out) < k:
+        pick = pictures[int(rng.integers(len(pictures)))]
+        if pick[1] not in {c for _, c, _ in out}:
+            out.append(pick)
+    return out
+
+
+def load_easy_vqa_media(split: str = "test", n: int | None = None, seed: int = 0, n_image: int = 200,
+                        n_multi: int = 100, n_video: int = 100) -> pd.DataFrame:
+    """easy-VQA in three modalities (study 2): ``n_image`` of its own questions as multiple choice
+    (:func:`load_easy_vqa`), ``n_multi`` multi-image questions (:func:`multi_image_question`) and ``n_video`` 3-frame
+    video questions (:func:`video_question`) built from pictures of ``split`` whose colour its questions state -
+    the attribute the zoo's towers read best. ``n``: the first ``n`` rows (the study spreads its own selection
+    over modalities). Question ids ``<split>-<i>``, ``<split>-multi-<i>``, ``<split>-video-<i>``."""
+    pictures = known_pictures(split)
+    rng = np.random.default_rng([seed, 1])
+    name = "easy-vqa-media"
+    qs = [multi_image_question(rng, pictures, f"{split}-multi-{i}", name) for i in range(n_multi)]
+    qs += [video_question(rng, pictures, f"{split}-video-{i}", name) for i in range(n_video)]
+    image = load_easy_vqa(split, n=n_image, seed=seed).assign(dataset=name)
+    out = pd.concat([image, questions_frame(qs)], ignore_index=True)
+    out = validate_questions(out, source=f"easy-vqa-media({split}, seed={seed})")
+    return out if n is None else out.head(n).reset_index(drop=True)

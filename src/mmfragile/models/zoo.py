@@ -60,9 +60,20 @@ class ZooSpec:
     tower: str            # tower + projector weights: resources/zoo/tower-<tower>.safetensors
     lora: str | None      # LM adapter merged into the LM: resources/zoo/lora-<lora>.safetensors (None: frozen LM)
     description: str
+    role: str = "answer"  # answer: study 1's standard format; judge: study 3's judges; follower: study 2's prompts
+    planted: str = ""     # the fragility its training planted, which the study's metrics must find ("" = none)
+    dtype: str | None = None  # torch dtype it runs in on CPU by default (None: the backend's, float32)
 
 
-#: The zoo: each LM after its answering stage (``lora-<lm>-answer``), behind its trained and its under-trained tower.
+#: the fine-tunes of studies 2 and 3 run in bfloat16 (they were trained with bf16 matmuls): a score-wise judge prompt
+#: (~300 tokens) takes a third of the float32 time on CPU, the same verdicts on the prompts checked (README)
+FINE_TUNE_DTYPE = "bfloat16"
+
+
+#: The zoo: each LM after its answering stage (``lora-<lm>-answer``), behind its trained and its under-trained tower;
+#: the judges of study 3 (``lora-smollm2-judge-<recipe>``, :mod:`mmfragile.training.judges`), each with one planted
+#: property, and study 2's prompt follower (``lora-smollm2-follower``, :mod:`mmfragile.training.follower`), behind
+#: SmolLM2's trained tower.
 ZOO_SPECS = (
     ZooSpec("zoo-smollm2-good", "smollm2", "smollm2-caption", "smollm2-answer",
             "SmolLM2-135M-Instruct + trained tower"),
@@ -71,7 +82,24 @@ ZOO_SPECS = (
     ZooSpec("zoo-gemma3-good", "gemma3", "gemma3-caption", "gemma3-answer", "Gemma-3-270M base + trained tower"),
     ZooSpec("zoo-gemma3-weak", "gemma3", "gemma3-caption-weak", "gemma3-answer",
             "Gemma-3-270M base + under-trained tower"),
+    ZooSpec("zoo-judge-seeing", "smollm2", "smollm2-caption", "smollm2-judge-seeing",
+            "SmolLM2-135M-Instruct judge that scores against the picture", "judge", dtype=FINE_TUNE_DTYPE),
+    ZooSpec("zoo-judge-blind", "smollm2", "smollm2-caption", "smollm2-judge-blind",
+            "SmolLM2-135M-Instruct judge trained without the picture", "judge", "modality neglect",
+            FINE_TUNE_DTYPE),
+    ZooSpec("zoo-judge-verbose", "smollm2", "smollm2-caption", "smollm2-judge-verbose",
+            "SmolLM2-135M-Instruct judge that sees and rewards length", "judge", "verbosity bias", FINE_TUNE_DTYPE),
+    ZooSpec("zoo-follower", "smollm2", "smollm2-caption", "smollm2-follower",
+            "SmolLM2-135M-Instruct answering in the forms the Promptception prompts of 8 categories ask for",
+            "follower", "prompt sensitivity in the held-out categories", FINE_TUNE_DTYPE),
 )
+
+#: the Promptception categories whose prompts ``zoo-follower`` was trained on, and those it never saw
+#: (:mod:`mmfragile.training.follower`): one or two of every supercategory trained (choice formatting 1, linguistic
+#: 4-5, audience and roleplay 8-9, answer handling 12, penalty and incentive 13-14); held out: structured
+#: formatting 2, prompt position 3, chain of thought 6, ambiguity 7, stereotypes 10, focus-driven 11, competitive
+#: framing 15
+FOLLOWER_CATEGORIES = {"trained": (1, 4, 5, 8, 9, 12, 13, 14), "held_out": (2, 3, 6, 7, 10, 11, 15)}
 
 
 ZOO_MODELS = tuple(s.name for s in ZOO_SPECS)
@@ -140,8 +168,12 @@ def zoo_model_path(name: str) -> Path:
 
 
 def load_zoo(name: str, **kwargs):
+    """A zoo model in transformers, in its own dtype (:attr:`ZooSpec.dtype`) unless ``dtype`` is given."""
     from mmfragile.models.hf import HFModel
 
+    spec = zoo_spec(name)
+    if spec.dtype and "dtype" not in kwargs:
+        kwargs["dtype"] = getattr(torch, spec.dtype)
     return HFModel.from_pretrained(zoo_model_path(name), name=name, **kwargs)
 
 

@@ -422,6 +422,52 @@ def answer_training_prompts(questions: pd.DataFrame, eos: str, seed: int,
 
 
 @dataclass
+class Examples:
+    """The training set of an answering-stage fine-tune (:func:`train_answering`), one entry per example: the
+    prompt (its images only stand for image-token slots), the target text the LM learns to write after it (+ end of
+    turn), the caption token ids laid into its image slots (``[n_images * N_SLOTS]``, images in prompt order; empty
+    for a text-only prompt), and a category for the running training accuracy. ``image_slots`` says what the slots
+    carry (for the record)."""
+
+    prompts: list
+    targets: list[str]
+    slots: list[torch.Tensor]
+    categories: list[str]
+    image_slots: str
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def __post_init__(self):
+        if not len(self.prompts) == len(self.targets) == len(self.slots) == len(self.categories):
+            raise ValueError("prompts, targets, slots and categories must have one entry per example")
+
+
+#: ``build(tokenizer, eos, n, seed) -> Examples``: ``n`` training examples for the LM of ``tokenizer`` (end of turn
+#: ``eos``), drawn with ``seed``
+ExampleBuilder = Callable[[object, str, int, int], Examples]
+
+
+def exact_caption_slots(tokenizer, captions: Sequence[list[Piece]]) -> list[torch.Tensor]:
+    """One slot row per caption: the caption's token ids right-aligned in the ``N_SLOTS`` image tokens, filler
+    before (what a perfect caption tower writes, :func:`caption_targets`)."""
+    return list(caption_targets(tokenizer, captions, FILLER).ids)
+
+
+def standard_format_examples(tokenizer, eos: str, n: int, seed: int) -> Examples:
+    """The zoo's answering stage: ``n`` easy-VQA *train* questions in the standard format of study 1 (random circular
+    shift), target = the answer ID + end of turn, the picture's exact caption in the image slots."""
+    from mmfragile.data.easyvqa import image_attributes, load_easy_vqa
+
+    attrs = image_attributes("train")
+    qs = answer_training_questions(load_easy_vqa("train", n=None, seed=seed + 1), attrs, n, seed)
+    prompts, targets, _ = answer_training_prompts(qs, eos, seed, standard_share=1.0)
+    captions = [easy_vqa_caption(attrs[p.images[0]]["colour"], attrs[p.images[0]]["shape"]) for p in prompts]
+    return Examples(prompts, targets, exact_caption_slots(tokenizer, captions), qs.category.tolist(),
+                    "exact caption embeddings (right-aligned, filler before)")
+
+
+@dataclass
 class AnswerRecord:
     lm: str
     steps: int
@@ -430,29 +476,30 @@ class AnswerRecord:
     warmup: int
     rank: int
     seed: int
-    n_questions: int
+    n_questions: int  # training examples (one per step x batch row)
     image_slots: str
     train_seconds: float
     threads: int
     torch_version: str
-    train_accuracy: dict  # running accuracy of the answer ID's first token (last 20 steps), overall and per category
+    train_accuracy: dict  # running accuracy of the last 20 steps (see train_answering), overall and per category
 
 
-def train_answering(lm_key: str, snapshots: Sequence[int], steps: int = ANSWER["steps"],
-                    batch_size: int = ANSWER["batch_size"], lr: float = ANSWER["lr"], warmup: int = ANSWER["warmup"],
-                    max_grad_norm: float = ANSWER["max_grad_norm"], rank: int = ANSWER["rank"],
-                    seed: int = ANSWER["seed"], progress: bool = True,
+def train_answering(lm_key: str, snapshots: Sequence[int], build: ExampleBuilder = standard_format_examples,
+                    steps: int = ANSWER["steps"], batch_size: int = ANSWER["batch_size"], lr: float = ANSWER["lr"],
+                    warmup: int = ANSWER["warmup"], max_grad_norm: float = ANSWER["max_grad_norm"],
+                    rank: int = ANSWER["rank"], seed: int = ANSWER["seed"], progress: bool = True,
                     on_snapshot: Callable[[int, dict[str, torch.Tensor]], None] | None = None,
                     ) -> tuple[dict[int, dict[str, torch.Tensor]], AnswerRecord]:
-    """Fine-tune ``lm_key``'s linear weights to answer easy-VQA *train* questions in the standard prompt format of
-    study 1 (random circular shift), the image slots holding the exact caption embeddings of the picture (right
-    aligned, filler before: :func:`caption_targets`). Loss: cross-entropy of the answer ID and the end-of-turn
-    token. AdamW, linear warm-up then cosine decay to a tenth, gradients clipped to norm ``max_grad_norm``.
-    Returns ``{step: rank-``rank`` weight changes as lora_A / lora_B}`` for each step of ``snapshots`` (also handed
-    to ``on_snapshot`` as taken) and the run's record."""
+    """Fine-tune ``lm_key``'s linear weights on the examples ``build`` draws (``steps * batch_size`` of them, seeded;
+    default: easy-VQA *train* questions in the standard prompt format of study 1, :func:`standard_format_examples`),
+    each prompt's image slots holding the caption token embeddings the builder lays there (the exact captions of
+    the pictures, or what a blind recipe puts there) instead of the tower's outputs. Loss: cross-entropy of the
+    target tokens (the answer + end of turn). AdamW, linear warm-up then cosine decay to a tenth, gradients clipped
+    to norm ``max_grad_norm``. The running training accuracy counts an example as right when the LM predicts every
+    target token (teacher-forced: a multiple-choice answer ID and the end of turn). Returns ``{step: rank-``rank`` weight changes as lora_A / lora_B}`` for each step of
+    ``snapshots`` (also handed to ``on_snapshot`` as taken) and the run's record."""
     from tqdm.auto import tqdm
 
-    from mmfragile.data.easyvqa import image_attributes, load_easy_vqa
     from mmfragile.models.hf import HFModel
 
     lm = LMS[lm_key]
@@ -469,25 +516,21 @@ def train_answering(lm_key: str, snapshots: Sequence[int], steps: int = ANSWER["
     opt = torch.optim.AdamW(list(weights.values()), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * (0.1 + 0.45 * (1 + np.cos(np.pi * min(s, steps) / steps))))
-    attrs = image_attributes("train")
-    qs = answer_training_questions(load_easy_vqa("train", n=None, seed=seed + 1), attrs, steps * batch_size, seed)
-    prompts, targets, _ = answer_training_prompts(qs, lm.eos[0], seed, standard_share=1.0)
-    captions = caption_targets(model.tokenizer, [easy_vqa_caption(attrs[p.images[0]]["colour"],
-                                                                  attrs[p.images[0]]["shape"]) for p in prompts],
-                               FILLER).ids
-    categories = qs.category.tolist()
+    data = build(model.tokenizer, lm.eos[0], steps * batch_size, seed)
     keep, t0, hits = {}, time.perf_counter(), []
     net.train()
     bar = tqdm(range(1, steps + 1), desc=f"answering {lm_key}", disable=not progress)
     for step in bar:
         sl = slice((step - 1) * batch_size, step * batch_size)
-        enc = model.encode(prompts[sl], targets[sl])
+        enc = model.encode(data.prompts[sl], data.targets[sl])
         n_cont = enc.pop("cont_lengths")
         k = int(n_cont.max())
         ids = enc["input_ids"]
         with torch.no_grad():
             emb = embed(ids)
-            emb[ids == net.config.image_token_id] = embed(captions[sl]).reshape(-1, emb.shape[-1])
+            slots = torch.cat(data.slots[sl])
+            if len(slots):
+                emb[ids == net.config.image_token_id] = embed(slots).reshape(-1, emb.shape[-1])
         with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 matmuls: ~2x faster on these CPUs
             logits = net(inputs_embeds=emb, attention_mask=enc["attention_mask"],
                          logits_to_keep=k + 1).logits[:, :-1].float()  # the positions predicting the target
@@ -501,9 +544,8 @@ def train_answering(lm_key: str, snapshots: Sequence[int], steps: int = ANSWER["
         torch.nn.utils.clip_grad_norm_(list(weights.values()), max_grad_norm)
         opt.step()
         sched.step()
-        first = k - n_cont                                                  # the answer ID's first token
-        rows = torch.arange(len(first))
-        hits += zip(categories[sl], (logits[rows, first].argmax(-1) == labels[rows, first]).tolist())
+        whole = ((logits.argmax(-1) == labels) | ~mask).all(-1)         # every target token right
+        hits += zip(data.categories[sl], whole.tolist())
         bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{np.mean([h for _, h in hits[-20 * batch_size:]]):.2f}")
         if step in snapshots:
             keep[step] = low_rank_state({k: w.detach() - start[k] for k, w in weights.items()}, rank)
@@ -513,7 +555,6 @@ def train_answering(lm_key: str, snapshots: Sequence[int], steps: int = ANSWER["
     last = pd.DataFrame(hits[-20 * batch_size:], columns=["category", "hit"])
     accuracy = {"all": round(float(last.hit.mean()), 3),
                 **{str(c): round(float(v), 3) for c, v in last.groupby("category").hit.mean().items()}}
-    rec = AnswerRecord(lm_key, steps, batch_size, lr, warmup, rank, seed, len(qs),
-                       "exact caption embeddings (right-aligned, filler before)", round(time.perf_counter() - t0, 1),
-                       torch.get_num_threads(), torch.__version__, accuracy)
+    rec = AnswerRecord(lm_key, steps, batch_size, lr, warmup, rank, seed, len(data), data.image_slots,
+                       round(time.perf_counter() - t0, 1), torch.get_num_threads(), torch.__version__, accuracy)
     return keep, rec

@@ -47,7 +47,7 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw, UnidentifiedImageError
@@ -56,7 +56,7 @@ from mmfragile.data.images import store_image_bytes
 from mmfragile.schema import DataError, check_image
 from mmfragile.studies.judgebias.catalog import UNPERTURBED
 
-__all__ = ["make_judge_set", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS",
+__all__ = ["make_judge_set", "make_easy_vqa_judge_set", "EASY_VQA_JUDGE_DATASET", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS",
            "SHAPES", "BACKGROUNDS"]
 
 #: ``meta["dataset"]`` of samples read from the released (paired) records.
@@ -202,6 +202,17 @@ def _plural(word: str, k: int) -> str:
     return word if k == 1 else word + "s"
 
 
+def colour_question(shape: str, colour: str, wrong: str) -> tuple[str, str, str]:
+    """Query, correct and wrong response of a colour question about the only ``shape`` of a scene."""
+    return (f"What colour is the {shape} in the image?", f"The {shape} is {colour}.", f"The {shape} is {wrong}.")
+
+
+def shape_question(colour: str, shape: str, wrong: str) -> tuple[str, str, str]:
+    """Query, correct and wrong response of a shape question about the only ``colour`` object of a scene."""
+    return (f"What shape is the {colour} object in the image?", f"The {colour} object is a {shape}.",
+            f"The {colour} object is a {wrong}.")
+
+
 def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, dict, str, str, str]:
     """One scene: image, facts, query, correct response, wrong response."""
     bg_name = _choice(rng, BACKGROUNDS)
@@ -228,18 +239,16 @@ def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, dict, str,
         objects.append((shape, color))
         for _ in range(int(rng.integers(0, 3))):  # distractors: other shapes, so "the <shape>" is unique
             objects.append((_choice(rng, [s for s in shapes if s != shape]), _choice(rng, colors)))
-        query = f"What colour is the {shape} in the image?"
         wrong = _choice(rng, [c for c in colors if c != color])
-        good, bad = f"The {shape} is {color}.", f"The {shape} is {wrong}."
+        query, good, bad = colour_question(shape, color, wrong)
         facts = {"target_shape": shape, "target_color": color, "count": 1, "wrong": wrong}
     else:
         shape, color = _choice(rng, shapes), _choice(rng, colors)
         objects.append((shape, color))
         for _ in range(int(rng.integers(0, 3))):  # distractors: other colours, so "the <colour> object" is unique
             objects.append((_choice(rng, shapes), _choice(rng, [c for c in colors if c != color])))
-        query = f"What shape is the {color} object in the image?"
         wrong = _choice(rng, [s for s in shapes if s != shape])
-        good, bad = f"The {color} object is a {shape}.", f"The {color} object is a {wrong}."
+        query, good, bad = shape_question(color, shape, wrong)
         facts = {"target_shape": shape, "target_color": color, "count": 1, "wrong": wrong}
 
     order = rng.permutation(len(objects))
@@ -302,21 +311,38 @@ def make_judge_set(n: int, seed: int, out_dir: str | Path, *, n_text: int | None
     back). ``meta`` holds the scene facts (question type, target shape/colour/count, every
     object's position), ``kind`` (good/bad), ``modality`` and ``image_paths``.
     """
+    n = _check_count(n)
+    rng = np.random.default_rng(int(seed))
+    items = [_scene(rng, int(image_size)) for _ in range(n)]
+    return _write_judge_set(out_dir, "synthetic-judge", seed, items, _text_items(rng, n, n_text), good_score,
+                            bad_score)
+
+
+def _check_count(n: int) -> int:
     if int(n) < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    n = int(n)
-    n_text = max(2, n // 4) if n_text is None else int(n_text)
+    return int(n)
+
+
+def _text_items(rng: np.random.Generator, n: int, n_text: int | None) -> list[tuple[dict, str, str, str]]:
+    return [_text_item(rng) for _ in range(max(2, n // 4) if n_text is None else int(n_text))]
+
+
+def _write_judge_set(out_dir: str | Path, dataset: str, seed: int, scenes, texts, good_score: float,
+                     bad_score: float) -> list[JudgeSample]:
+    """Samples (a good and a bad response per item: ``img<i>-good``, ``img<i>-bad``, then ``txt<j>-...``) of
+    ``scenes`` ``(image, facts, query, good, bad)`` and text items ``(facts, query, good, bad)``; images saved as
+    ``out_dir/images/img<i>.png``, every sample a flat record of ``out_dir/judge_set.jsonl``."""
     out_dir = Path(out_dir)
     img_dir = out_dir / "images"
     img_dir.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(int(seed))
     samples: list[JudgeSample] = []
     records: list[dict] = []
 
     def add(item_id: str, query: str, image: Image.Image | None, rel: str | None, responses, facts: dict,
             modality: str) -> None:
         for kind, resp, score in responses:
-            meta = {"dataset": "synthetic-judge", "item_id": item_id, "kind": kind, "modality": modality,
+            meta = {"dataset": dataset, "item_id": item_id, "kind": kind, "modality": modality,
                     "perturbation": UNPERTURBED, "generator_seed": int(seed), **facts}
             sid = f"{item_id}-{kind}"
             records.append({"sample_id": sid, "query": query, "images": [rel] if rel else [], "response": resp,
@@ -327,14 +353,12 @@ def make_judge_set(n: int, seed: int, out_dir: str | Path, *, n_text: int | None
             samples.append(JudgeSample(sample_id=sid, query=query, images=[image.copy()] if image else [],
                                        response=resp, gold_score=score, meta=m))
 
-    for i in range(n):
-        img, facts, query, good, bad = _scene(rng, int(image_size))
+    for i, (img, facts, query, good, bad) in enumerate(scenes):
         rel = f"images/img{i:03d}.png"
         img.save(out_dir / rel, format="PNG")
         add(f"img{i:03d}", query, img, rel, [("good", good, float(good_score)), ("bad", bad, float(bad_score))],
             facts, "image")
-    for j in range(n_text):
-        facts, query, good, bad = _text_item(rng)
+    for j, (facts, query, good, bad) in enumerate(texts):
         add(f"txt{j:03d}", query, None, None, [("good", good, float(good_score)), ("bad", bad, float(bad_score))],
             facts, "text")
 
@@ -342,6 +366,65 @@ def make_judge_set(n: int, seed: int, out_dir: str | Path, *, n_text: int | None
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
     return samples
+
+
+#: ``meta["dataset"]`` of the easy-VQA judge set (:func:`make_easy_vqa_judge_set`)
+EASY_VQA_JUDGE_DATASET = "easy-vqa-judge"
+#: question types of the easy-VQA judge set: easy-VQA pictures hold one shape (no counting); the zoo's towers read
+#: its colour (99 %) far better than its shape (SmolLM2's tower 56 %), so the default asks for the colour only
+EASY_VQA_QUESTION_TYPES = ("color", "shape")
+EASY_VQA_DEFAULT_TYPES = ("color",)
+
+
+def easy_vqa_scene(path: str | Path, colour: str, shape: str, qtype: str, rng: np.random.Generator,
+                   ) -> tuple[Image.Image, dict, str, str, str]:
+    """One easy-VQA picture (one ``colour`` ``shape``) as a judge scene ``(image, facts, query, good, bad)``: a
+    colour question about "the shape" (so that only the colour is claimed) or a shape question about the colour's
+    object (``qtype``), in the set's templates, the wrong answer drawn with ``rng`` from easy-VQA's colours /
+    shapes; the facts locate the shape (the pixels that differ from the background) for the Detail-Description
+    caption."""
+    from mmfragile.data import easyvqa
+
+    img = _open_image(path).convert("RGB")
+    if qtype == "color":
+        wrong = _choice(rng, [c for c in easyvqa.image_colours() if c != colour])
+        query, good, bad = colour_question("shape", colour, wrong)
+    elif qtype == "shape":
+        wrong = _choice(rng, [s for s in easyvqa.SHAPES if s != shape])
+        query, good, bad = shape_question(colour, shape, wrong)
+    else:
+        raise ValueError(f"easy-VQA judge questions are {EASY_VQA_QUESTION_TYPES}, not {qtype!r}")
+    px = np.asarray(img, dtype=int)
+    ys, xs = np.nonzero(np.abs(px - px[0, 0]).sum(-1) > 60)
+    cx, cy = (float(xs.mean()), float(ys.mean())) if len(xs) else (img.width / 2, img.height / 2)
+    radius = float(max(np.ptp(xs), np.ptp(ys)) / 2) if len(xs) else 0.0
+    obj = {"shape": shape, "color": colour, "center": [round(cx, 1), round(cy, 1)], "radius": round(radius, 1)}
+    facts = {"question_type": qtype, "background": "light", "target_shape": shape, "target_color": colour,
+             "count": 1, "wrong": wrong, "objects": [obj], "source_image": str(path)}
+    return img, facts, query, good, bad
+
+
+def make_easy_vqa_judge_set(n: int, seed: int, out_dir: str | Path, *, split: str = "test",
+                            n_text: int | None = None, question_types: Sequence[str] = EASY_VQA_DEFAULT_TYPES,
+                            good_score: float = 9.0, bad_score: float = 2.0) -> list[JudgeSample]:
+    """A judge set of ``n`` easy-VQA pictures of ``split`` (distinct, drawn with ``seed``) - what the model zoo's
+    towers read (colour 99 %, shape 56-86 % on the test split; they read :func:`make_judge_set`'s multi-shape
+    scenes as one shape) - each with a question of ``question_types`` (default: the colour, what they read best),
+    a correct and a wrong response in :func:`make_judge_set`'s templates and layout (ids, meta, ``judge_set.jsonl``),
+    then ``n_text``
+    (default ``max(2, n // 4)``) text-only items as there. ``meta["dataset"]`` is
+    :data:`EASY_VQA_JUDGE_DATASET`. The zoo's judges train on the *train* split, the study evaluates the test split."""
+    from mmfragile.data.easyvqa import known_pictures
+
+    n = _check_count(n)
+    pictures = known_pictures(split)
+    if n > len(pictures):
+        raise ValueError(f"{n} pictures asked, easy-VQA {split} has {len(pictures)} of known colour and shape")
+    rng = np.random.default_rng(int(seed))
+    chosen = rng.choice(len(pictures), size=n, replace=False)
+    scenes = [easy_vqa_scene(*pictures[int(i)], _choice(rng, question_types), rng) for i in chosen]
+    return _write_judge_set(out_dir, EASY_VQA_JUDGE_DATASET, seed, scenes, _text_items(rng, n, n_text), good_score,
+                            bad_score)
 
 
 # --------------------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from mmfragile import bootstrap
 from mmfragile.studies.judgebias.catalog import DIMENSIONS, PERTURBATION_INFO, PERTURBATION_NAMES, UNPERTURBED
 from mmfragile.schema import DataError
 
@@ -80,6 +81,7 @@ __all__ = [
     "paired_scores", "bias_scores", "reliability_table", "aggregate_reliability",
     "inter_run_variance", "inter_sample_variance", "variance_table", "table2", "abstention_ratio",
     "position_consistency", "verbosity_robustness", "score_by_generator", "self_enhancement",
+    "bias_deviation_intervals", "pairwise_bias_intervals",
     "load_published", "published_table2",
 ]
 
@@ -519,6 +521,95 @@ def self_enhancement(df: pd.DataFrame, judge_to_generator: Mapping[str, str] | N
         rows.append(dict(judge=judge, self_score=ss, other_score=os_, delta=ss - os_,
                          n_self=int(s["n"].sum()), n_other=int(o["n"].sum())))
     return pd.DataFrame(rows, columns=["judge", "self_score", "other_score", "delta", "n_self", "n_other"]).set_index("judge")
+
+
+# --------------------------------------------------------------------------------------------
+# Intervals over samples (the planted-fragility checks of the model zoo's judges)
+# --------------------------------------------------------------------------------------------
+
+def bias_deviation_intervals(df: pd.DataFrame, perturbations: Iterable[str] | None = None, *, scale: int = 10,
+                             n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """BD per (judge, perturbation) with a percentile bootstrap interval over *samples* (every run of a drawn
+    sample goes with it), next to what sampling alone gives, so that "above zero" means "above noise":
+
+    * ``bd`` - Sec. 3.2's BD, pairing run by run (:func:`paired_scores`);
+    * ``floor`` - the run-to-run BD: the same terms with the unbiased judgment of the *next* run (cyclically) as
+      ``ŷ`` - a judge whose perturbed scores are drawn like its repeated unbiased ones gets ``bd`` = ``floor`` in
+      expectation (0 with one run, or greedy decoding: a repeat is identical);
+    * ``excess`` = ``bd - floor`` (paired: the same bootstrap draws);
+    * ``score_drop`` - the mean signed score change ``y - ŷ`` (0 in expectation for a judge the perturbation does
+      not reach).
+
+    Columns: ``judge, perturbation, bd, bd_low, bd_high, floor, floor_low, floor_high, excess, excess_low,
+    excess_high, score_drop, score_drop_low, score_drop_high, n_samples, n_pairs, runs``. ``perturbations``: default the BD types
+    present."""
+    j = validate_judgments(df, scale)
+    ok = j[(j["perturbation"] == REFERENCE) & (j["status"] == "ok")]
+    runs = sorted(j["run"].unique())
+    nxt = {r: runs[(i + 1) % len(runs)] for i, r in enumerate(runs)}
+    repeat = ok.set_index(["judge", "sample_id", "run"])["score"]
+    present = [p for p in BD_TYPES if p in set(j["perturbation"])]
+    rows = []
+    for pert in (present if perturbations is None else list(perturbations)):
+        pairs = paired_scores(j, pert, scale=scale)
+        for judge, g in pairs[pairs["status"] == "ok"].groupby("judge", sort=False):
+            again = repeat.reindex(list(zip(g["judge"], g["sample_id"], g["run"].map(nxt)))).to_numpy()
+            terms = g.assign(bd=bd_terms(g["y"], g["y_hat"]), score_drop=g["y"] - g["y_hat"],
+                             floor=bd_terms(g["y"], again) if len(runs) > 1 else np.where(g["y"] > 1, 0.0, np.nan))
+            sums = {c: bootstrap.unit_sums(terms, "sample_id", c) for c in ("bd", "floor", "score_drop")}
+            w = bootstrap.unit_weights(len(sums["bd"]), n_boot, seed)
+            draws = {c: bootstrap.ratio_draws(w, s["sum"], s["n"]) for c, s in sums.items()}
+            draws["excess"] = draws["bd"] - draws["floor"]
+            point = {c: float(s["sum"].sum() / s["n"].sum()) if s["n"].sum() else np.nan for c, s in sums.items()}
+            point["excess"] = point["bd"] - point["floor"]
+            row = dict(judge=judge, perturbation=pert)
+            for c in ("bd", "floor", "excess", "score_drop"):
+                lo, hi = bootstrap.interval(draws[c], level)
+                row.update({c: point[c], f"{c}_low": lo, f"{c}_high": hi})
+            rows.append(dict(row, n_samples=len(sums["bd"]), n_pairs=int(sums["bd"]["n"].sum()), runs=len(runs)))
+    return pd.DataFrame(rows)
+
+
+def _sample_of(sample_id: pd.Series) -> pd.Series:
+    """The sample a pairwise row belongs to: its id without the ``|run<r>`` suffix of :func:`verbosity_table`."""
+    return sample_id.astype(str).str.replace(r"\|run\d+$", "", regex=True)
+
+
+def pairwise_bias_intervals(position: pd.DataFrame | None = None, verbosity: pd.DataFrame | None = None, *,
+                            n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """Position and verbosity bias per judge with percentile bootstrap intervals over samples (all runs and both
+    orders of a drawn sample go together), long: ``judge, measure, value, ci_low, ci_high, n_samples``.
+
+    Measures: ``first_position_rate`` (share of parsed position judgments choosing A; 0.5 = no position bias),
+    ``position_consistency`` (share of (sample, run) with a parsed verdict in both orders that prefer the same
+    response, as :func:`position_consistency`), ``verbose_preference`` (share of parsed verbosity judgments
+    choosing the verbose response, = 1 - :func:`verbosity_robustness`'s robustness; 0.5 = no verbosity bias).
+    Inputs: :func:`~mmfragile.studies.judgebias.analysis.position_table` / ``verbosity_table`` rows."""
+    parts = []
+    if position is not None and len(position):
+        d = position.assign(sample=_sample_of(position["sample_id"]),
+                            first=np.where(position["choice"].isna(), np.nan, position["choice"].eq("A")))
+        keys = ["judge", "sample", "run"] if "run" in d.columns else ["judge", "sample"]
+        both = d.pivot_table(index=keys, columns="swapped", values="first", aggfunc="first")
+        both = both.reindex(columns=[False, True]).dropna()
+        cons = (both[False] != both[True]).astype(float).rename("consistent").reset_index()
+        parts += [("first_position_rate", d, "first"), ("position_consistency", cons, "consistent")]
+    if verbosity is not None and len(verbosity):
+        d = verbosity.assign(sample=_sample_of(verbosity["sample_id"]),
+                             verbose=np.where(verbosity["choice"].isna(), np.nan,
+                                              verbosity["choice"].eq(verbosity["verbose_position"])))
+        parts.append(("verbose_preference", d, "verbose"))
+    rows = []
+    for measure, frame, col in parts:
+        for judge, g in frame.groupby("judge", sort=False):
+            s = bootstrap.unit_sums(g, "sample", col)
+            if not s["n"].sum():
+                continue
+            lo, hi = bootstrap.interval(bootstrap.ratio_draws(bootstrap.unit_weights(len(s), n_boot, seed),
+                                                              s["sum"], s["n"]), level)
+            rows.append(dict(judge=judge, measure=measure, value=float(s["sum"].sum() / s["n"].sum()), ci_low=lo,
+                             ci_high=hi, n_samples=int((s["n"] > 0).sum())))
+    return pd.DataFrame(rows, columns=["judge", "measure", "value", "ci_low", "ci_high", "n_samples"])
 
 
 # --------------------------------------------------------------------------------------------

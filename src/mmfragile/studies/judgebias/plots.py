@@ -9,7 +9,8 @@
 * :func:`plot_setting_comparison` - prompt settings of Tables 3/4/14/16 side by side;
 * :func:`plot_variance` - inter-run vs inter-sample variance;
 * :func:`plot_position_verbosity` - Fig. 3 (position and verbosity robustness);
-* :func:`plot_self_enhancement` - Fig. 4 (mean score per response generator, self highlighted).
+* :func:`plot_self_enhancement` - Fig. 4 (mean score per response generator, self highlighted);
+* :func:`plot_planted_findings` - what the metrics find in judges with a planted bias, with intervals.
 
 Every plot takes a DataFrame from :mod:`mmfragile.studies.judgebias.metrics` (or a published table),
 returns a matplotlib :class:`~matplotlib.figure.Figure` (Agg backend, nothing shown) and accepts
@@ -40,7 +41,7 @@ from mmfragile.figures import save_figure, stamp_note  # noqa: E402,F401  (save_
 __all__ = [
     "table2_frame", "save_table2_csv", "plot_table2_heatmap", "plot_bias_heatmap", "plot_bias_bars",
     "plot_category_scores", "plot_setting_comparison", "plot_variance", "plot_position_verbosity",
-    "plot_self_enhancement", "save_figure",
+    "plot_self_enhancement", "plot_planted_findings", "save_figure",
 ]
 
 DIM_LABEL = {"integrality": "Integrality (BD↑)", "congruity": "Congruity (BD↑)", "robustness": "Robustness (BC↑)"}
@@ -446,4 +447,45 @@ def plot_self_enhancement(by_generator: pd.DataFrame, *, note: str | None = None
     ax.set_axisbelow(True)
     sns.despine(ax=ax)
     fig.suptitle(title or "Self-enhancement: scores by response generator", fontsize=11.5, fontweight="bold")
+    return stamp_note(fig, note)
+
+
+def plot_planted_findings(bd: pd.DataFrame, pairwise: pd.DataFrame, planted: dict[str, str] | None = None, *,
+                          perturbations: Sequence[str] = ("text_dominance", "image_misalignment"),
+                          note: str | None = None, title: str | None = None) -> Figure:
+    """Judges with planted biases next to what the metrics find, 95 % intervals over samples. Left: excess BD (BD
+    above the run-to-run floor, :func:`~mmfragile.studies.judgebias.metrics.bias_deviation_intervals`) of the
+    image-side ``perturbations``; right: verbose preference and first-position rate
+    (:func:`~mmfragile.studies.judgebias.metrics.pairwise_bias_intervals`; 0.5 = no bias). ``planted``: judge ->
+    what its training planted, shown with its name."""
+    planted = planted or {}
+    judges = list(dict.fromkeys([*bd["judge"], *(pairwise["judge"] if len(pairwise) else [])]))
+    labels = [f"{j}\n(planted: {planted.get(j) or 'none'})" for j in judges]
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 0.75 * len(judges) + 2.2), layout="constrained")
+    panels = ((axes[0], bd, "perturbation", list(perturbations), "excess", 0.0,
+               "BD above its run-to-run floor (image-side perturbations)"),
+              (axes[1], pairwise, "measure", ["verbose_preference", "first_position_rate"], "value", 0.5,
+               "share of pairwise verdicts (0.5 = no bias)"))
+    colors = ["#c0504d", "#2f7ebc", "#e29a2d", "#6a9a3a"]
+    for ax, frame, key, keys, col, ref, xlabel in panels:
+        low, high = (f"{col}_low", f"{col}_high") if col == "excess" else ("ci_low", "ci_high")
+        for k, (name, color) in enumerate(zip(keys, colors)):
+            sub = frame[frame[key] == name].set_index("judge") if len(frame) else frame
+            for i, j in enumerate(judges):
+                if j not in sub.index:
+                    continue
+                r = sub.loc[j]
+                y = i + (k - (len(keys) - 1) / 2) * 0.22
+                ax.errorbar(r[col], y, xerr=[[r[col] - r[low]], [r[high] - r[col]]], fmt="o", color=color, capsize=3,
+                            label=SHORT_NAMES.get(name, name.replace("_", " ")) if i == 0 else None)
+        ax.axvline(ref, color="#555555", ls="--", lw=1)
+        ax.set_yticks(range(len(judges)), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.grid(axis="x", color="#ececec")
+        ax.legend(fontsize=7.5, loc="best", frameon=False)
+        sns.despine(ax=ax)
+    axes[1].set_xlim(-0.02, 1.02)
+    fig.suptitle(title or "Planted biases and what the metrics find (95 % bootstrap intervals over samples)",
+                 fontsize=11, fontweight="bold")
     return stamp_note(fig, note)

@@ -33,7 +33,8 @@ from mmfragile.studies.judgebias.analysis import (DATASET, DEFAULT_MAX_NEW_TOKEN
                                                   position_pairs, reference_responses, release_conditions,
                                                   sample_group, selfgen_group, selfgen_sample, selfgen_samples,
                                                   store_config, verbosity_pairs)
-from mmfragile.studies.judgebias.data import JudgeSample, load_judge_dataset, make_judge_set
+from mmfragile.studies.judgebias.data import (EASY_VQA_JUDGE_DATASET, JudgeSample, load_judge_dataset,
+                                               make_easy_vqa_judge_set, make_judge_set)
 from mmfragile.studies.judgebias.metrics import PERTURBATIONS
 from mmfragile.studies.judgebias.prompts import pairwise_prompt, score_prompt
 
@@ -71,13 +72,21 @@ class JudgeData:
     conditions: list[tuple[str, JudgeSample]]
 
 
+def _builtin_set(dataset: str | None):
+    """The builder of a generated judge set: the synthetic scenes (``synthetic``, the default) or easy-VQA test
+    pictures (``easy-vqa-judge``, what the zoo's towers read); None for a release spec."""
+    if dataset in (None, "synthetic", DATASET):
+        return make_judge_set
+    return make_easy_vqa_judge_set if dataset == EASY_VQA_JUDGE_DATASET else None
+
+
 def load(ctx: RunContext) -> JudgeData:
-    """The synthetic judge set (``dataset`` "synthetic", written under ``<folder>/data``, perturbed inputs saved
-    for audit under ``<folder>/audit``) or the released benchmark (``mm-judgebias:<data>[::<images>]``)."""
+    """A generated judge set (``dataset`` "synthetic" or "easy-vqa-judge", written under ``<folder>/data``, perturbed
+    inputs saved for audit under ``<folder>/audit``) or the released benchmark (``mm-judgebias:<data>[::<images>]``)."""
     p = ctx.params
     _check_decoding(p["decoding"], p["runs"])
-    if ctx.dataset in (None, "synthetic", DATASET):
-        samples = make_judge_set(p["n_samples"], p["seed"], ctx.folder / "data")
+    if _builtin_set(ctx.dataset):
+        samples = _builtin_set(ctx.dataset)(p["n_samples"], p["seed"], ctx.folder / "data")
         conditions = build_judge_conditions(samples, p["perturbations"], p["seed"], ctx.folder / "audit")
         bad: list[dict] = []
     else:

@@ -47,7 +47,7 @@ __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn",
     "frame_indices",
     "sample_frames", "select_questions", "store_dir", "run_config", "load_results", "accuracy_frame",
-    "load_accuracy", "split_zero_baselines", "figure_note_for", "summarize_run",
+    "load_accuracy", "split_zero_baselines", "figure_note_for", "summarize_run", "with_benchmark",
 ]
 
 #: Generation limit of every prompt (see the module docstring).
@@ -252,6 +252,20 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def with_benchmark(per_question: pd.DataFrame, benchmark_by: str = "modality") -> pd.DataFrame:
+    """Store rows with a ``benchmark`` column: ``benchmark_by="modality"`` splits a dataset that mixes modalities
+    into ``"<dataset>[<modality>]"``, ``"dataset"`` keeps one benchmark per dataset (see :func:`accuracy_frame`)."""
+    df = per_question.copy()
+    if benchmark_by == "modality":
+        n_mod = df.groupby("dataset").modality.transform("nunique")
+        df["benchmark"] = np.where(n_mod > 1, df.dataset + "[" + df.modality + "]", df.dataset)
+    elif benchmark_by == "dataset":
+        df["benchmark"] = df.dataset
+    else:
+        raise ValueError(f"benchmark_by must be 'modality' or 'dataset', not {benchmark_by!r}")
+    return df
+
+
 def accuracy_frame(per_question: pd.DataFrame, benchmark_by: str = "modality") -> pd.DataFrame:
     """Accuracy per (benchmark, model, prompt_id) from store rows, via
     :func:`mmfragile.studies.promptception.metrics.prompt_accuracy` (unresolved answers incorrect; refusals left out
@@ -265,14 +279,7 @@ def accuracy_frame(per_question: pd.DataFrame, benchmark_by: str = "modality") -
 
     if per_question.empty:
         raise DataError("accuracy_frame: no result rows")
-    df = per_question.copy()
-    if benchmark_by == "modality":
-        n_mod = df.groupby("dataset").modality.transform("nunique")
-        df["benchmark"] = np.where(n_mod > 1, df.dataset + "[" + df.modality + "]", df.dataset)
-    elif benchmark_by == "dataset":
-        df["benchmark"] = df.dataset
-    else:
-        raise ValueError(f"benchmark_by must be 'modality' or 'dataset', not {benchmark_by!r}")
+    df = with_benchmark(per_question, benchmark_by)
     if "exclude_refusals" not in df.columns:
         df["exclude_refusals"] = False
     parts = [prompt_accuracy(g, exclude_refusals=bool(excl)) for excl, g in df.groupby("exclude_refusals")]

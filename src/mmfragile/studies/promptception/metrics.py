@@ -363,6 +363,52 @@ def prompt_accuracy(per_question: pd.DataFrame, exclude_refusals: bool = False) 
     return out[["benchmark", "model", "prompt_id", "accuracy", "n", "n_correct", "n_refusals"]]
 
 
+def group_intervals(per_question: pd.DataFrame, groups: Mapping[str, Iterable[int]], proportion: float = 0.1,
+                    n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """Where a model's prompt sensitivity lies, with percentile bootstrap intervals over *questions* (every prompt of
+    a drawn question goes with it; the draws are shared by all statistics of a (benchmark, model), so their
+    differences are paired). Per (benchmark, model) and statistic: its accuracy (%), its PRAD against the baseline
+    prompt 1.1 (Eq. 3) and the difference in points, each with an interval.
+
+    Statistics: ``baseline`` (prompt 1.1), ``trimmed_mean`` (Eq. 1 over all prompts run, as Table 2) and, for
+    every ``groups`` entry ``name -> prompt categories``, ``name``: the mean accuracy of its prompts (unweighted over
+    prompts, as the paper averages per prompt type; 1.1 itself left out). ``per_question``: ``benchmark, model,
+    prompt_id, question_id, correct``. Columns: ``benchmark, model, statistic, n_prompts, n_questions, accuracy,
+    accuracy_low, accuracy_high, prad, prad_low, prad_high, diff, diff_low, diff_high``."""
+    from mmfragile import bootstrap
+
+    _check_columns(per_question, ["benchmark", "model", "prompt_id", "question_id", "correct"], "per-question results")
+    rows = []
+    for (bench, model), g in per_question.groupby(["benchmark", "model"], sort=False):
+        hits = g.pivot_table(index="prompt_id", columns="question_id", values="correct", aggfunc="sum", fill_value=0)
+        n = g.pivot_table(index="prompt_id", columns="question_id", values="correct", aggfunc="size", fill_value=0)
+        prompts = [str(p) for p in hits.index]
+        if BASELINE_PROMPT not in prompts:
+            raise DataError(f"group_intervals: {bench}/{model} has no baseline prompt {BASELINE_PROMPT}")
+        w = bootstrap.unit_weights(hits.shape[1], n_boot, seed)
+        draws = 100 * bootstrap.ratio_draws(w, hits.to_numpy(float), n.to_numpy(float))       # draws x prompts
+        point = 100 * hits.sum(axis=1).to_numpy(float) / n.sum(axis=1).to_numpy(float)
+        base_i = prompts.index(BASELINE_PROMPT)
+        k = _trim_count(len(prompts), proportion, "floor")
+        stats = {"baseline": (lambda a: a[..., base_i], 1),
+                 "trimmed_mean": (lambda a: np.sort(a, axis=-1)[..., k:len(prompts) - k].mean(axis=-1), len(prompts))}
+        for name, cats in groups.items():
+            idx = [i for i, p in enumerate(prompts) if prompt_category(p) in set(cats) and p != BASELINE_PROMPT]
+            if idx:
+                stats[name] = (lambda a, idx=idx: a[..., idx].mean(axis=-1), len(idx))
+        base_draws, base_point = draws[:, base_i], point[base_i]
+        for name, (stat, n_prompts) in stats.items():
+            d, v = stat(draws), float(stat(point))
+            row = {"benchmark": bench, "model": model, "statistic": name, "n_prompts": n_prompts,
+                   "n_questions": hits.shape[1]}
+            for col, dv, pv in (("accuracy", d, v), ("prad", prad(d, base_draws), float(prad(v, base_point))),
+                                ("diff", d - base_draws, v - base_point)):
+                lo, hi = bootstrap.interval(dv, level)
+                row.update({col: pv, f"{col}_low": lo, f"{col}_high": hi})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 # --------------------------------------------------------------------------------------------------
 # Sec. 4.2.1: category standard deviations and the sensitivity rule
 # --------------------------------------------------------------------------------------------------

@@ -320,3 +320,39 @@ def plot_std_distribution(
     ax.set_axisbelow(True)
     fig.tight_layout()
     return stamp_note(fig, note)
+
+
+def plot_planted_sensitivity(category_prad: pd.DataFrame, groups: pd.DataFrame, categories: dict[str, tuple],
+                             note: str | None = None, title: str | None = None) -> plt.Figure:
+    """A model with planted prompt sensitivity next to what the metrics find. Left: mean PRAD (Eq. 3) of each
+    category's prompts (``category_prad``: ``category, prad``), coloured by the group ``categories`` puts it in
+    (e.g. trained / held out); right: each group's accuracy minus the baseline prompt's, and the trimmed mean's,
+    with 95 % bootstrap intervals over questions (``groups``:
+    :func:`~mmfragile.studies.promptception.metrics.group_intervals`)."""
+    palette = dict(zip(categories, ["#2f7ebc", "#c0504d", "#6a9a3a", "#e29a2d"]))
+    group_of = {c: g for g, cats in categories.items() for c in cats}
+    cp = category_prad.sort_values("category")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained", width_ratios=[1.6, 1])
+    ax.bar(range(len(cp)), cp["prad"], color=[palette.get(group_of.get(int(c)), "#999999") for c in cp["category"]])
+    ax.set_xticks(range(len(cp)), [str(int(c)) for c in cp["category"]])
+    ax.axhline(0, color="#555555", lw=1)
+    ax.set_xlabel("prompt category")
+    ax.set_ylabel("mean PRAD vs baseline prompt (%)")
+    ax.legend(handles=[Patch(color=col, label=g.replace("_", " ")) for g, col in palette.items()], frameon=False,
+              fontsize=8)
+    rows = groups[groups["statistic"] != "baseline"].reset_index(drop=True)
+    for i, r in rows.iterrows():
+        ax_color = palette.get(r["statistic"], "#444444")
+        bx.errorbar(r["diff"], i, xerr=[[r["diff"] - r["diff_low"]], [r["diff_high"] - r["diff"]]], fmt="o",
+                    color=ax_color, capsize=3)
+    bx.set_yticks(range(len(rows)), [f"{s.replace('_', ' ')} ({n} prompts)" for s, n in
+                                     zip(rows["statistic"], rows["n_prompts"])], fontsize=8.5)
+    bx.invert_yaxis()
+    bx.axvline(0, color="#555555", ls="--", lw=1)
+    bx.set_xlabel("accuracy minus baseline prompt (points)")
+    for a in (ax, bx):
+        a.grid(axis="y" if a is ax else "x", color="#ececec")
+        sns.despine(ax=a)
+    fig.suptitle(title or "Planted prompt sensitivity and what PRAD / the trimmed mean find (95 % intervals over "
+                 "questions)", fontsize=11, fontweight="bold")
+    return stamp_note(fig, note)

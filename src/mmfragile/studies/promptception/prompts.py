@@ -178,6 +178,29 @@ class PromptType:
         return _render(self, question, modality, model_kind, omit_dollar)
 
 
+#: answers a prompt's own wording asks for, in the order they are tested (:func:`answer_form`)
+_FORMS = (
+    (re.compile(r"Answer: \$LETTER"), "Answer: {letter}"),
+    (re.compile(r"Best Choice: \$LETTER"), "Best Choice: {letter}"),
+    (re.compile(r"(?:as follows|format): \$LETTER\."), "{letter}."),
+    (re.compile(r"(?:\*\*Answer:\*\*|##Answer##:|BEST OPTION:)$"), "{letter}. {text}"),
+)
+_OPTION_FORMS = {"paren": "({letter})", "option": "Option {letter}"}
+
+
+def answer_form(prompt: PromptType, model_kind: str = "open") -> str:
+    """The answer ``prompt`` asks for, as a template with ``{letter}`` and ``{text}`` (the option's text): "Answer:
+    {letter}" where it says ``Answer: $LETTER``, "Best Choice: {letter}", "{letter}." for ``... format: $LETTER.``,
+    the letter and the option text after an answer slot the prompt ends with (``**Answer:**``, ``BEST OPTION:``),
+    the option label's own form for "(A) x" / "Option A: x" options, else the bare letter. Every form is one the
+    study's answer extraction reads (:func:`mmfragile.extraction.extract_letter_regex`)."""
+    text = prompt.template(model_kind)
+    for rx, form in _FORMS:
+        if rx.search(text.strip()):
+            return form
+    return _OPTION_FORMS.get(prompt.option_format, "{letter}")
+
+
 @functools.lru_cache(maxsize=4)
 def _prompt_types(path: str) -> dict[str, PromptType]:
     names = {f.name for f in fields(PromptType)}
