@@ -42,8 +42,11 @@ def check_judges(scores: pd.DataFrame, pairs: pd.DataFrame, min_samples: int) ->
         for judge in SEEING:        # sees the picture: its scores drop when the picture goes or is another's
             r = bd.loc[(judge, pert)]
             assert r.excess_low > 0.1 and r.score_drop_low > 0, (judge, pert, r.to_dict())
-        r = bd.loc[("zoo-judge-blind", pert)]  # neglects it: no more change than sampling alone gives
-        assert r.excess_low <= 0 <= r.excess_high and r.score_drop_low <= 0 <= r.score_drop_high, (pert, r.to_dict())
+        # neglects it: no more change than sampling alone gives (BD not above its run-to-run floor; it can fall below:
+        # a run samples every condition with one seed, so a judge the perturbation does not reach tends to repeat
+        # that run's unperturbed draw), and no mean score change
+        r = bd.loc[("zoo-judge-blind", pert)]
+        assert r.excess_low <= 0 and r.score_drop_low <= 0 <= r.score_drop_high, (pert, r.to_dict())
     pb = jm.pairwise_bias_intervals(position_table(pairs), verbosity_table(pairs)).set_index(["judge", "measure"])
     for judge, planted in JUDGES.items():
         v = pb.loc[(judge, "verbose_preference")]
@@ -56,14 +59,20 @@ def check_judges(scores: pd.DataFrame, pairs: pd.DataFrame, min_samples: int) ->
 
 
 def check_follower(rows: pd.DataFrame) -> None:
-    """The held-out categories lose accuracy against the baseline prompt, the trained ones keep it; the trimmed mean
-    falls below the baseline; the baseline prompt is at least halfway from chance to perfect."""
+    """Prompt sensitivity found where it was planted and not where it was not: the held-out categories' prompts lose
+    accuracy against the trained ones (paired contrast, interval below zero) and, on the image questions, against the
+    baseline prompt; the trained categories do not differ from the baseline prompt (interval around zero); the
+    baseline prompt is at least halfway from chance to perfect. (Pooled over modalities, PRAD against the one baseline
+    prompt carries that prompt's own sampling noise, and the video third of the questions is at chance - nothing to
+    be sensitive about - so its interval is not the test.)"""
     rows = rows.assign(benchmark=rows["dataset"])
-    g = pm.group_intervals(rows, FOLLOWER_CATEGORIES).set_index("statistic")
-    held, trained = g.loc["held_out"], g.loc["trained"]
-    assert held.diff_high < 0 and held.prad_high < 0, held.to_dict()
-    assert trained.diff_low > held.diff_high, (trained.to_dict(), held.to_dict())
-    assert trained.prad_low > -10, trained.to_dict()
+    contrast = [("held_out", "trained")]
+    g = pm.group_intervals(rows, FOLLOWER_CATEGORIES, contrasts=contrast).set_index("statistic")
+    held_vs_trained, trained = g.loc["held_out - trained"], g.loc["trained"]
+    assert held_vs_trained.diff_high < 0 and held_vs_trained.prad_high < 0, held_vs_trained.to_dict()
+    assert trained.diff_low <= 0 <= trained.diff_high and trained.prad_low <= 0 <= trained.prad_high, trained.to_dict()
+    image = pm.group_intervals(rows[rows["modality"] == "image"], FOLLOWER_CATEGORIES).set_index("statistic")
+    assert image.loc["held_out"].diff_high < 0 and image.loc["held_out"].prad_high < 0, image.loc["held_out"].to_dict()
     base = rows[rows["prompt_id"] == "1.1"]
     chance = (1 / base["n_options"]).mean()
     assert (base["correct"].mean() - chance) / (1 - chance) >= 0.5
@@ -92,7 +101,7 @@ def test_planted_judge_biases_are_found_on_the_models(tmp_path):
     from mmfragile.studies import judgebias as jb
 
     for judge in JUDGES:
-        run = run_study("judge", judge, "easy-vqa-judge", out=tmp_path, n_samples=12, runs=2, pairwise=True,
+        run = run_study("judge", judge, "easy-vqa-judge", out=tmp_path, n_samples=16, runs=2, pairwise=True,
                         perturbations=list(IMAGE_SIDE), progress=False)
     scores = jb.judgment_table(run.stores["scores"])
     check_judges(scores, run.stores["pairwise"].read(), min_samples=20)
@@ -102,6 +111,6 @@ def test_planted_judge_biases_are_found_on_the_models(tmp_path):
 def test_planted_prompt_sensitivity_is_found_on_the_model(tmp_path):
     from mmfragile.study import run_study
 
-    run = run_study("promptception", "zoo-follower", "easy-vqa-media", n=12, out=tmp_path, match_text=True,
+    run = run_study("promptception", "zoo-follower", "easy-vqa-media", n=24, out=tmp_path, match_text=True,
                     progress=False)
     check_follower(run.table())

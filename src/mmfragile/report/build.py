@@ -831,7 +831,7 @@ def _judge_figure(bs: pd.DataFrame, pairs: pd.DataFrame, metrics: Mapping[str, f
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(perts) + 2), 3.8))
     off = np.linspace(-0.2, 0.2, len(judges)) if len(judges) > 1 else [0.0]
     for o, j in zip(off, judges):
-        x, y, lo, hi, col = [], [], [], [], []
+        x, y, lo, hi = [], [], [], []
         for i, p in enumerate(perts):
             k = metric_key("judge", j, p, "value")
             v = metrics.get(k)
@@ -1128,7 +1128,7 @@ def _render_md(doc: _Doc, title: str, meta: str, prov: list[dict], fig_paths: di
                 out += [f"**{b.title}**", "", "| " + " | ".join(b.columns) + " |",
                         "|" + "|".join("---" for _ in b.columns) + "|"]
                 out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in b.rows]
-                out += ([f"", f"_{b.note}_"] if b.note else []) + [""]
+                out += (["", f"_{b.note}_"] if b.note else []) + [""]
             elif isinstance(b, Figure):
                 out += [f"![{b.title}]({fig_paths[b.id]})", ""]
             elif isinstance(b, Paragraph):

@@ -364,7 +364,8 @@ def prompt_accuracy(per_question: pd.DataFrame, exclude_refusals: bool = False) 
 
 
 def group_intervals(per_question: pd.DataFrame, groups: Mapping[str, Iterable[int]], proportion: float = 0.1,
-                    n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+                    n_boot: int = 2000, seed: int = 0, level: float = 0.95,
+                    contrasts: Sequence[tuple[str, str]] = ()) -> pd.DataFrame:
     """Where a model's prompt sensitivity lies, with percentile bootstrap intervals over *questions* (every prompt of
     a drawn question goes with it; the draws are shared by all statistics of a (benchmark, model), so their
     differences are paired). Per (benchmark, model) and statistic: its accuracy (%), its PRAD against the baseline
@@ -374,7 +375,12 @@ def group_intervals(per_question: pd.DataFrame, groups: Mapping[str, Iterable[in
     every ``groups`` entry ``name -> prompt categories``, ``name``: the mean accuracy of its prompts (unweighted over
     prompts, as the paper averages per prompt type; 1.1 itself left out). ``per_question``: ``benchmark, model,
     prompt_id, question_id, correct``. Columns: ``benchmark, model, statistic, n_prompts, n_questions, accuracy,
-    accuracy_low, accuracy_high, prad, prad_low, prad_high, diff, diff_low, diff_high``."""
+    accuracy_low, accuracy_high, prad, prad_low, prad_high, diff, diff_low, diff_high``.
+
+    ``contrasts``: pairs ``(a, b)`` of statistics compared with each other on the same draws - a row ``"a - b"``
+    whose ``diff`` is a's accuracy minus b's (points) and ``prad`` a's PRAD with b as the reference (``accuracy``
+    empty). A paired contrast of two prompt groups does not carry the sampling noise of the one baseline prompt
+    that every PRAD against 1.1 shares."""
     from mmfragile import bootstrap
 
     _check_columns(per_question, ["benchmark", "model", "prompt_id", "question_id", "correct"], "per-question results")
@@ -403,6 +409,18 @@ def group_intervals(per_question: pd.DataFrame, groups: Mapping[str, Iterable[in
                    "n_questions": hits.shape[1]}
             for col, dv, pv in (("accuracy", d, v), ("prad", prad(d, base_draws), float(prad(v, base_point))),
                                 ("diff", d - base_draws, v - base_point)):
+                lo, hi = bootstrap.interval(dv, level)
+                row.update({col: pv, f"{col}_low": lo, f"{col}_high": hi})
+            rows.append(row)
+        for a, b in contrasts:
+            if a not in stats or b not in stats:
+                raise KeyError(f"group_intervals: contrast ({a!r}, {b!r}) names a statistic not computed; "
+                               f"known: {sorted(stats)}")
+            (sa, na), (sb, nb) = stats[a], stats[b]
+            da, db, va, vb = sa(draws), sb(draws), float(sa(point)), float(sb(point))
+            row = {"benchmark": bench, "model": model, "statistic": f"{a} - {b}", "n_prompts": na + nb,
+                   "n_questions": hits.shape[1], "accuracy": np.nan, "accuracy_low": np.nan, "accuracy_high": np.nan}
+            for col, dv, pv in (("prad", prad(da, db), float(prad(va, vb))), ("diff", da - db, va - vb)):
                 lo, hi = bootstrap.interval(dv, level)
                 row.update({col: pv, f"{col}_low": lo, f"{col}_high": hi})
             rows.append(row)
