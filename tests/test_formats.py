@@ -80,14 +80,14 @@ def test_standard_formats_table5():
     assert sf["MMBench"] == PromptFormat("uppercase", "dot", "semicolon")
     assert sf["MME-RealWorld-Lite"] == PromptFormat("uppercase", "double_brackets", "line_break")
     assert sf["V*Bench"] == PromptFormat("uppercase", "dot", "line_break")
-    assert sf["synthetic-vqa"] == sf["easy-vqa"] == PromptFormat("uppercase", "dot", "line_break")
+    assert sf["synthetic-vqa"] == sf["easy-vqa"] == sf["easy-vqa-media"] == PromptFormat("uppercase", "dot", "line_break")
     # forgiving lookups
     assert sf["a-okvqa"] == sf["A-OKVQA"]
     assert sf["vstar"] == sf["V*Bench"] == sf["vstar-bench"]
     assert sf["hr-bench-4k"] == sf["HRBench-4K"]
     assert sf["MME-RW-Lite"] == sf["MME-RealWorld-Lite"]
     assert sf["mmbench-dev"] == sf["MMBench"]
-    assert len(sf) == 11 and "A-OKVQA" in list(sf)
+    assert len(sf) == 12 and "A-OKVQA" in list(sf)
     # datasets Table 5 does not print: inferred, each with its source; the loaders' names resolve
     assert set(INFERRED_STANDARD) == {"HRBench-8K", "MMStar", "MMMU-Pro", "MVBench"}
     assert sf["hrbench-8k"] == sf["HRBench-4K"]
