@@ -111,6 +111,6 @@ def test_planted_judge_biases_are_found_on_the_models(tmp_path):
 def test_planted_prompt_sensitivity_is_found_on_the_model(tmp_path):
     from mmfragile.study import run_study
 
-    run = run_study("promptception", "zoo-follower", "easy-vqa-media", n=24, out=tmp_path, match_text=True,
+    run = run_study("promptception", "zoo-follower", "easy-vqa-media", n=48, out=tmp_path, match_text=True,
                     progress=False)
     check_follower(run.table())
