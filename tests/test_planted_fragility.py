@@ -17,6 +17,7 @@ import pytest
 from mmfragile.models.zoo import FOLLOWER_CATEGORIES, ZOO_SPECS, weights_dir
 from mmfragile.studies.judgebias import metrics as jm, position_table, verbosity_table
 from mmfragile.studies.promptception import metrics as pm
+from mmfragile.studies.promptception.analysis import with_benchmark
 
 RECORDS = weights_dir() / "runs"
 JUDGES = {s.name: s.planted for s in ZOO_SPECS if s.role == "judge"}
@@ -65,7 +66,7 @@ def check_follower(rows: pd.DataFrame) -> None:
     baseline prompt is at least halfway from chance to perfect. (Pooled over modalities, PRAD against the one baseline
     prompt carries that prompt's own sampling noise, and the video third of the questions is at chance - nothing to
     be sensitive about - so its interval is not the test.)"""
-    rows = rows.assign(benchmark=rows["dataset"])
+    rows = with_benchmark(rows, "dataset")
     contrast = [("held_out", "trained")]
     g = pm.group_intervals(rows, FOLLOWER_CATEGORIES, contrasts=contrast).set_index("statistic")
     held_vs_trained, trained = g.loc["held_out - trained"], g.loc["trained"]

@@ -92,11 +92,16 @@ def load_easy_vqa_mc(n: int | None = None, seed: int = 0) -> pd.DataFrame:
     return load_easy_vqa(n=n or 200, seed=seed)
 
 
+def has_caption(attributes: dict) -> bool:
+    """Whether a picture's known attributes (:func:`image_attributes`) give its whole caption: both its shape and its
+    colour."""
+    return "shape" in attributes and "colour" in attributes
+
+
 def known_pictures(split: str) -> list[tuple[str, str, str]]:
     """``(path, colour, shape)`` of every picture of ``split`` whose colour and shape its questions state (sorted by
-    path): the pictures whose exact caption is known (:func:`image_attributes`)."""
-    return sorted((p, a["colour"], a["shape"]) for p, a in image_attributes(split).items()
-                  if "colour" in a and "shape" in a)
+    path): the pictures whose exact caption is known (:func:`has_caption`)."""
+    return sorted((p, a["colour"], a["shape"]) for p, a in image_attributes(split).items() if has_caption(a))
 
 
 def multi_image_question(rng: np.random.Generator, pictures: list[tuple[str, str, str]], qid: str,

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mmfragile.data.easyvqa import has_caption
 from mmfragile.models.embedded import image_processor_for
 from mmfragile.models.zoo import (IMAGE_SIZE, LMS, N_SLOTS, VISION, ZooLM, tower_checkpoint, weights_dir,
                                   weights_file, zoo_records)
@@ -111,12 +112,6 @@ def _preprocess(images) -> torch.Tensor:
     for s in range(0, len(images), 256):
         out.append(proc(images[s:s + 256], return_tensors="pt")["pixel_values"].to(torch.float16))
     return torch.cat(out)
-
-
-def has_caption(attributes: dict) -> bool:
-    """Whether an easy-VQA picture's known attributes (:func:`~mmfragile.data.easyvqa.image_attributes`) give its
-    whole caption: both its shape and its colour."""
-    return "shape" in attributes and "colour" in attributes
 
 
 def easy_vqa_tower_data(split: str) -> TowerData:

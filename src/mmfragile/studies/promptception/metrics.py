@@ -402,28 +402,24 @@ def group_intervals(per_question: pd.DataFrame, groups: Mapping[str, Iterable[in
             idx = [i for i, p in enumerate(prompts) if prompt_category(p) in set(cats) and p != BASELINE_PROMPT]
             if idx:
                 stats[name] = (lambda a, idx=idx: a[..., idx].mean(axis=-1), len(idx))
-        base_draws, base_point = draws[:, base_i], point[base_i]
-        for name, (stat, n_prompts) in stats.items():
-            d, v = stat(draws), float(stat(point))
-            row = {"benchmark": bench, "model": model, "statistic": name, "n_prompts": n_prompts,
+        def row(name: str, n_prompts: int, stat, ref, accuracy: bool = True) -> dict:
+            """``stat``'s accuracy (if ``accuracy``), PRAD and difference against ``ref``, each with its interval."""
+            d, v, rd, rv = stat(draws), float(stat(point)), ref(draws), float(ref(point))
+            out = {"benchmark": bench, "model": model, "statistic": name, "n_prompts": n_prompts,
                    "n_questions": hits.shape[1]}
-            for col, dv, pv in (("accuracy", d, v), ("prad", prad(d, base_draws), float(prad(v, base_point))),
-                                ("diff", d - base_draws, v - base_point)):
+            cols = [("accuracy", d, v)] if accuracy else []
+            for col, dv, pv in cols + [("prad", prad(d, rd), float(prad(v, rv))), ("diff", d - rd, v - rv)]:
                 lo, hi = bootstrap.interval(dv, level)
-                row.update({col: pv, f"{col}_low": lo, f"{col}_high": hi})
-            rows.append(row)
+                out.update({col: pv, f"{col}_low": lo, f"{col}_high": hi})
+            return out
+
+        base = stats["baseline"][0]
+        rows += [row(name, n_prompts, stat, base) for name, (stat, n_prompts) in stats.items()]
         for a, b in contrasts:
             if a not in stats or b not in stats:
                 raise KeyError(f"group_intervals: contrast ({a!r}, {b!r}) names a statistic not computed; "
                                f"known: {sorted(stats)}")
-            (sa, na), (sb, nb) = stats[a], stats[b]
-            da, db, va, vb = sa(draws), sb(draws), float(sa(point)), float(sb(point))
-            row = {"benchmark": bench, "model": model, "statistic": f"{a} - {b}", "n_prompts": na + nb,
-                   "n_questions": hits.shape[1], "accuracy": np.nan, "accuracy_low": np.nan, "accuracy_high": np.nan}
-            for col, dv, pv in (("prad", prad(da, db), float(prad(va, vb))), ("diff", da - db, va - vb)):
-                lo, hi = bootstrap.interval(dv, level)
-                row.update({col: pv, f"{col}_low": lo, f"{col}_high": hi})
-            rows.append(row)
+            rows.append(row(f"{a} - {b}", stats[a][1] + stats[b][1], stats[a][0], stats[b][0], accuracy=False))
     return pd.DataFrame(rows)
 
 
