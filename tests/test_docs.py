@@ -60,7 +60,7 @@ def broken_links(path: Path, repo: Path = REPO, exempt: set[str] = frozenset()) 
 
 
 def markdown_pages() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
 def test_readme_is_a_front_door():
