@@ -1,5 +1,5 @@
-"""The README's architecture table: every family's tiny checkpoint (or a real checkpoint) through every check of
-:mod:`mmfragile.models.conformance` - the same checks ``tests/test_architectures.py`` asserts.
+"""The architecture table of docs/architectures.md: every family's tiny checkpoint (or a real checkpoint) through
+every check of :mod:`mmfragile.models.conformance` - the same checks ``tests/test_architectures.py`` asserts.
 
     python scripts/architecture_table.py                    # all families of mmfragile.models.tiny, markdown
     python scripts/architecture_table.py --family qwen2_vl --details

@@ -8,7 +8,7 @@ caches, SGLang-style, would compute).
     python scripts/benchmark_engine.py                              # smollm2-vlm, 1 image question
     python scripts/benchmark_engine.py --model smollm2 --text       # text-only format grid on SmolLM2-135M
     python scripts/benchmark_engine.py --arch qwen2_vl              # a tiny random checkpoint of a family
-    python scripts/benchmark_engine.py --arch all --markdown        # every family, one README table row each
+    python scripts/benchmark_engine.py --arch all --markdown        # every family, one docs/speed.md table row each
     python scripts/benchmark_engine.py --model /models/llava-1.5-7b-hf --questions 20 --batch-sizes 16,48
 
 High-resolution mode: each family's tiny checkpoint with its image processor as the real model ships it
@@ -236,7 +236,7 @@ def main() -> None:
     ap.add_argument("--formats", type=int, default=48, help="first N of the 48 formats (fewer: faster runs)")
     ap.add_argument("--batch-sizes", default="16,48", help="batched-generate batch sizes (lmms-eval runs 16-48)")
     ap.add_argument("--no-naive", action="store_true", help="skip the per-prompt generate path (slow)")
-    ap.add_argument("--markdown", action="store_true", help="one README table row per model")
+    ap.add_argument("--markdown", action="store_true", help="one docs/speed.md table row per model")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--real-processor", action="store_true",
                     help="high-resolution mode: --arch families with their real image processors (see above)")

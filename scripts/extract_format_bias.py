@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Extract the published Study-1 numbers (prompt-format bias in multiple-choice VQA) from the seed text.
 
-Source: ``../shared/seeds/format-bias-mcvqa.txt`` ("Unexplored Flaws in Multiple-Choice VQA
+Source: ``$MMFRAGILE_SEEDS/format-bias-mcvqa.txt`` ("Unexplored Flaws in Multiple-Choice VQA
 Evaluations"), appendix C.4 (Table 7, bias-mitigation results) and C.5 (Tables 8-12, full results
 of 7 MLLMs x 48 prompt formats on 5 datasets).
 
@@ -31,10 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mmfragile.paths import seed_path
+from mmfragile.paths import seed_missing, seed_path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SEED = seed_path("format-bias-mcvqa.txt")
+SEED_NAME = "format-bias-mcvqa.txt"
+DEFAULT_SEED = seed_path(SEED_NAME)  # None unless $MMFRAGILE_SEEDS holds it
 DEFAULT_OUT = ROOT / "src" / "mmfragile" / "resources" / "published"
 
 MODELS = ["Gemma-3", "LLaVA-1.5", "LLaVA-OV", "Phi-3.5", "Phi-4", "Qwen-2-VL", "Qwen-2.5-VL"]
@@ -210,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=Path, default=DEFAULT_SEED)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
+    if args.seed is None:
+        ap.error(seed_missing(SEED_NAME) + " (or pass --seed PATH)")
     lines = args.seed.read_text(encoding="utf-8").splitlines()
 
     results = pd.concat([parse_full_table(lines, t) for t in FULL_TABLES], ignore_index=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Extract the published Study-3 numbers (MM-JudgeBias, arXiv 2604.18164) from the seed text.
 
-Source: ``../shared/seeds/mm-judgebias.txt`` - Table 2 (main results: 30 judge rows x 9 bias
+Source: ``$MMFRAGILE_SEEDS/mm-judgebias.txt`` - Table 2 (main results: 30 judge rows x 9 bias
 types, reliability ``Avg.`` and inter-run / inter-sample variance, plus the ``Avg.`` row over
 judges), Table 3 / Table 4 (summaries), Table 13 (Unnecessary-Image disentangled ablation),
 Table 14 (abstention-aware, N/A-enabled results), Table 15 (abstention ratios) and Table 16
@@ -41,10 +41,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from mmfragile.paths import seed_path
+from mmfragile.paths import seed_missing, seed_path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SEED = seed_path("mm-judgebias.txt")
+SEED_NAME = "mm-judgebias.txt"
+DEFAULT_SEED = seed_path(SEED_NAME)  # None unless $MMFRAGILE_SEEDS holds it
 DEFAULT_OUT = ROOT / "src" / "mmfragile" / "resources" / "published"
 
 #: Column header in the paper -> perturbation name used throughout mmfragile.
@@ -248,6 +249,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=Path, default=DEFAULT_SEED)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
+    if args.seed is None:
+        ap.error(seed_missing(SEED_NAME) + " (or pass --seed PATH)")
     args.out.mkdir(parents=True, exist_ok=True)
     for name, df in extract(args.seed).items():
         df.to_csv(args.out / name, index=False)

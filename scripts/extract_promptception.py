@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Extract the published Promptception numbers from the seed text into tidy CSVs.
 
-Reads ``../shared/seeds/promptception.txt`` (or ``--seed``) and writes, into
+Reads ``$MMFRAGILE_SEEDS/promptception.txt`` (or ``--seed``) and writes, into
 ``src/mmfragile/resources/published/`` (or ``--out``):
 
 * ``promptception_accuracy.csv``  - Appendix B Tables 6 (MVBench), 7 (MMMU-Pro, s4 columns only) and
@@ -31,10 +31,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from mmfragile.paths import seed_path
+from mmfragile.paths import seed_missing, seed_path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SEED = seed_path("promptception.txt")
+SEED_NAME = "promptception.txt"
+DEFAULT_SEED = seed_path(SEED_NAME)  # None unless $MMFRAGILE_SEEDS holds it
 DEFAULT_OUT = REPO / "src" / "mmfragile" / "resources" / "published"
 
 # Canonical model names = the names of Table 2; the appendix tables spell them differently.
@@ -239,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=Path, default=DEFAULT_SEED)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
+    if args.seed is None:
+        ap.error(seed_missing(SEED_NAME) + " (or pass --seed PATH)")
     args.out.mkdir(parents=True, exist_ok=True)
     for name, df in extract(args.seed).items():
         df.to_csv(args.out / name, index=False, float_format="%.2f")

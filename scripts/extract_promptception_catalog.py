@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Build the Promptception prompt catalog (61 prompt types + baseline) from the seed text.
 
-Reads ``../shared/seeds/promptception.txt`` (or ``--seed``) and writes
+Reads ``$MMFRAGILE_SEEDS/promptception.txt`` (or ``--seed``) and writes
 ``src/mmfragile/resources/promptception_catalog.json`` (or ``--out``).
 
 Sources in the seed:
@@ -62,10 +62,11 @@ import re
 import sys
 from pathlib import Path
 
-from mmfragile.paths import seed_path
+from mmfragile.paths import seed_missing, seed_path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SEED = seed_path("promptception.txt")
+SEED_NAME = "promptception.txt"
+DEFAULT_SEED = seed_path(SEED_NAME)  # None unless $MMFRAGILE_SEEDS holds it
 DEFAULT_OUT = REPO / "src" / "mmfragile" / "resources" / "promptception_catalog.json"
 
 EXAMPLE_Q = "What design element best describes the visuals?"
@@ -349,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=Path, default=DEFAULT_SEED)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = ap.parse_args(argv)
+    if a.seed is None:
+        ap.error(seed_missing(SEED_NAME) + " (or pass --seed PATH)")
     cat = build(a.seed)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(cat, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export MMFRAGILE_CACHE="${MMFRAGILE_CACHE:-$HOME/.cache/mmfragile}"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg
+# the seed paper texts, where this machine keeps them beside the checkout (their extraction tests skip without)
+if [ -d ../shared/seeds ]; then export MMFRAGILE_SEEDS="$PWD/../shared/seeds"; fi
 bash scripts/install.sh
 bash scripts/install_vllm.sh
 if [ -f scripts/install_browser.sh ]; then bash scripts/install_browser.sh; fi

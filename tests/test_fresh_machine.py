@@ -120,3 +120,23 @@ def test_executed_notebooks_record_paths_relative_to_the_repository(tmp_path):
     pm = json.loads(path.read_text())["metadata"]["papermill"]
     assert pm["input_path"] == "notebooks/x.ipynb" and pm["output_path"] == "papermill_runs/x/a=1.ipynb"
     assert pm["cwd"] == "."
+
+
+def test_seed_texts_come_from_MMFRAGILE_SEEDS_only(tmp_path, monkeypatch):
+    """A ``shared/seeds`` folder beside the checkout exists on one machine only: without ``MMFRAGILE_SEEDS`` the
+    seed texts are unavailable (and say how to get them), even where that folder holds them."""
+    from mmfragile.paths import seed_missing, seed_path
+
+    beside = tmp_path / "shared" / "seeds"
+    beside.mkdir(parents=True)
+    (beside / "promptception.txt").write_text("seed")
+    (tmp_path / "checkout").mkdir()
+    monkeypatch.chdir(tmp_path / "checkout")
+    monkeypatch.delenv("MMFRAGILE_SEEDS", raising=False)
+    assert seed_path("promptception.txt") is None
+    assert "set MMFRAGILE_SEEDS" in seed_missing("promptception.txt")
+    monkeypatch.setenv("MMFRAGILE_SEEDS", str(beside))
+    assert seed_path("promptception.txt") == beside / "promptception.txt"
+    assert seed_path("mm-judgebias.txt") is None and str(beside) in seed_missing("mm-judgebias.txt")
+    test_sh = (REPO / "scripts/test.sh").read_text()
+    assert 'if [ -d ../shared/seeds ]; then export MMFRAGILE_SEEDS="$PWD/../shared/seeds"; fi' in test_sh

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from mmfragile.paths import seed_path
+from mmfragile.paths import seed_missing, seed_path
 
 import numpy as np
 import pandas as pd
@@ -455,7 +455,7 @@ def test_published_ablation_table13():
     assert np.corrcoef(w["[C]"], gap)[0, 1] < 0  # "[C] is negatively correlated with the gap"
 
 
-@pytest.mark.skipif(not SEED.exists(), reason="seed text not available")
+@pytest.mark.skipif(SEED is None, reason=seed_missing("mm-judgebias.txt"))
 def test_extraction_script_reproduces_csvs():
     spec = importlib.util.spec_from_file_location("extract_judgebias", ROOT / "scripts" / "extract_judgebias.py")
     mod = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
 """The toolkit finds fragility where it was planted, and not where it was not (issue 21).
 
-The model zoo's fine-tunes carry known properties (README "The model zoo"): ``zoo-judge-seeing`` scores against the
+The model zoo's fine-tunes carry known properties (docs/zoo.md, "The zoo's fine-tunes"): ``zoo-judge-seeing`` scores against the
 picture, ``zoo-judge-blind`` learnt with image slots that say nothing about the judged picture (modality neglect),
 ``zoo-judge-verbose`` sees and was rewarded for length (verbosity bias); ``zoo-follower`` never saw the prompts of
 7 of Promptception's 15 categories. The fast tests read the committed run records of the default profile

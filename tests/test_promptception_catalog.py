@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mmfragile.paths import seed_path
+from mmfragile.paths import seed_missing, seed_path
 
 import pytest
 
@@ -238,9 +238,8 @@ def test_prompt_type_and_to_prompt():
     assert p.images == ["images/x.png"] and p.text.startswith("Q?\nA. a\nB. b\n")
 
 
+@pytest.mark.skipif(SEED is None, reason=seed_missing("promptception.txt"))
 def test_catalog_file_is_reproducible_from_seed(tmp_path):
-    if not SEED.is_file():
-        pytest.skip("seed text not available")
     out = tmp_path / "catalog.json"
     subprocess.run([sys.executable, str(REPO / "scripts" / "extract_promptception_catalog.py"), "--seed", str(SEED),
                     "--out", str(out)], check=True, capture_output=True)

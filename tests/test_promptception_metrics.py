@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from mmfragile.paths import seed_path
+from mmfragile.paths import seed_missing, seed_path
 
 import numpy as np
 import pandas as pd
@@ -51,7 +51,7 @@ def test_baseline_is_prompt_1_1(acc, table2):
     np.testing.assert_allclose(base.baseline, base.baseline_pub)
 
 
-@pytest.mark.skipif(not SEED.exists(), reason="seed text not available")
+@pytest.mark.skipif(SEED is None, reason=seed_missing("promptception.txt"))
 def test_extraction_script_reproduces_csvs(tmp_path):
     spec = importlib.util.spec_from_file_location("extract_pc", REPO / "scripts" / "extract_promptception.py")
     mod = importlib.util.module_from_spec(spec)

@@ -85,7 +85,7 @@ def test_tower_is_llava_image_path():
 def test_committed_zoo_records():
     """Every zoo model has committed weights and a record; trained towers read most easy-VQA test attributes (colour
     almost always), the under-trained ones far fewer; both LMs' answering stages learnt their training questions;
-    the recorded test-slice accuracies (README's table) beat chance, the best by half the way to perfect."""
+    the recorded test-slice accuracies (docs/zoo.md's table) beat chance, the best by half the way to perfect."""
     rec = zoo.zoo_records()
     assert set(zoo.ZOO_MODELS) <= set(rec)
     for s in zoo.ZOO_SPECS:

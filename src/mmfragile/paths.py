@@ -14,17 +14,21 @@ def cache_dir(*parts: str) -> Path:
     return p
 
 
-def seed_path(name: str) -> Path:
-    """A seed paper text (``format-bias-mcvqa.txt``, ``promptception.txt``, ``mm-judgebias.txt``):
-    ``$MMFRAGILE_SEEDS/<name>``, else ``<repo>/../shared/seeds/<name>`` (the checkout's sibling folder)."""
+def seed_path(name: str) -> Path | None:
+    """A seed paper text (``format-bias-mcvqa.txt``, ``promptception.txt``, ``mm-judgebias.txt``) at
+    ``$MMFRAGILE_SEEDS/<name>``; None when the variable is unset or the file is not there. The texts ship with no
+    checkout: only the extraction scripts and their tests read them (the extracted tables are committed)."""
     env = os.environ.get("MMFRAGILE_SEEDS")
-    candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[3] / "shared" / "seeds")
-    candidates.append(Path.cwd().parent / "shared" / "seeds")
-    for c in candidates:
-        if (c / name).is_file():
-            return c / name
-    return candidates[0] / name
+    path = Path(env) / name if env else None
+    return path if path is not None and path.is_file() else None
+
+
+def seed_missing(name: str) -> str:
+    """Why ``seed_path(name)`` is None, in one line: the reason a test skips and a script stops with."""
+    env = os.environ.get("MMFRAGILE_SEEDS")
+    if not env:
+        return f"seed text {name} not available: set MMFRAGILE_SEEDS to the folder holding it"
+    return f"seed text {name} not found in MMFRAGILE_SEEDS={env}"
 
 
 def vllm_venv() -> Path:
