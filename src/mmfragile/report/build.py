@@ -698,10 +698,10 @@ def _prompt_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int
                 low = _f(v) is not None and v < 75
                 r.append(doc.num(metric_key("coverage", m, ds, "category", c), v, 0, cls="collapse" if low else ""))
                 if low:
-                    collapses.append(f"{m} / {ds}: category {c} ({v:.0f} %)")
+                    collapses.append(f"{m} / {ds}: category {_category(c)} ({v:.0f} %)")
             crow.append(r)
         sec.blocks.append(Table(doc.uid("prompts-coverage"), "Answer extracted (%) by prompt category",
-                                ["model", "benchmark"] + [f"cat. {c}" for c in cats], crow,
+                                ["model", "benchmark"] + [_category(c) for c in cats], crow,
                                 note="Share of responses from which a letter was extracted (stage 1 regex / option-text "
                                      "match, or stage 2). Red: below 75 %."))
         sec.blocks.append(Paragraph([_txt("Coverage collapses: " + ("; ".join(collapses) if collapses else "none."))]))
@@ -739,6 +739,13 @@ def _prompt_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int
     return sec, how
 
 
+def _category(c: int) -> str:
+    """A Promptception category as '<number> <name>' (Table 1)."""
+    from mmfragile.studies.promptception.metrics import CATEGORY_NAMES
+
+    return f"{c} {CATEGORY_NAMES[int(c)]}"
+
+
 def _supports(get_prompt_type, pid: str, modality: str) -> bool:
     try:
         return bool(get_prompt_type(pid).supports(modality))
@@ -767,6 +774,7 @@ def _judge_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int,
                                 if "prompt_variant" in rows else jb.main_rows(rows), by=("judge", "perturbation"))
     pf_idx = pf.set_index(["judge", "perturbation"]) if len(pf) else None
     how: list[dict] = []
+    unparsed: list[str] = []       # judges without one BD / BC value: no judgment pair parsed
     for judge, g in bs.groupby("judge", sort=False):
         trows, vals = [], {}
         for t in g.itertuples():
@@ -796,6 +804,8 @@ def _judge_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int,
                           doc.count(metric_key("judge", judge, "original", "n_abstained"), pr["n_abstained"]),
                           doc.num(metric_key("judge", judge, "original", "parse_failure_pct"), 100 * pr["parse_failure_rate"], 1)])
         agg = jm.aggregate_reliability(pd.Series(vals))
+        if all(_f(v) is None for v in vals.values()):
+            unparsed.append(str(judge))
         sec.blocks.append(Table(doc.uid(f"judge-{judge}"), f"Judge {judge}: BD / BC per perturbation",
                                 ["perturbation", "dimension", "metric", f"value [{int(level * 100)} % CI]", "pairs",
                                  "unparseable", "abstained", "parse failures (%)"], trows,
@@ -807,8 +817,12 @@ def _judge_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int,
             ([("; ", None, None)] if k else []) + [(f"{c} ", None, None),
                                                    doc.span(metric_key("judge", judge, "aggregate", c), agg.get(c), 3)]])]))
         how.append({"study": "judge", "judge": judge, "n_pert": len(g), "agg": agg})
-    _figure(doc, sec, "judge-bias", "BD / BC per perturbation",
-            lambda: _judge_figure(bs, pairs, doc.metrics))
+    if unparsed:  # an empty chart would look like a judge that scored 0
+        sec.blocks.append(Paragraph([_txt(f"No judgment parsed for {', '.join(unparsed)}: no BD / BC to plot "
+                                          "(every pair has an unparseable score - see the parse failures above).")]))
+    drawn = bs[~bs["judge"].astype(str).isin(unparsed)]
+    if len(drawn):
+        _figure(doc, sec, "judge-bias", "BD / BC per perturbation", lambda: _judge_figure(drawn, pairs, doc.metrics))
     if pair_stores:
         prs = _read(pair_stores)
         if len(prs) and "experiment" in prs.columns:
@@ -972,10 +986,14 @@ def _how_section(doc: _Doc, how: list[dict], level: float) -> Section:
                      (" pp", None, None)]
             if unit == "prompt":
                 parts += [(", and the 10 % trimmed mean ", None, None), sp(f"{p}/trimmed_mean"), (" %", None, None)]
-            parts += [(f" - beside the {std} (", None, None), sp(std_key), (" %). Do not quote the best "
-                                                                             f"{unit} ({h['best_name']}, ", None, None),
-                      sp(f"{p}/max"), (" %): it was picked after the fact and overstates the mean by ", None, None),
-                      (f"{(m_[f'{p}/max'] or 0) - (m_[f'{p}/mean'] or 0):.1f}", None, None), (" pp.", None, None)]
+            parts += [(f" - beside the {std} (", None, None), sp(std_key), (" %).", None, None)]
+            if sp(f"{p}/max")[0] == sp(f"{p}/mean")[0]:  # best = mean as shown: every variant scores the same
+                parts += [(f" All {h['n_variants']} {unit}s score the same here (to 0.1 pp): there is no best {unit} to "
+                           "single out.", None, None)]
+            else:
+                parts += [(f" Do not quote the best {unit} ({h['best_name']}, ", None, None), sp(f"{p}/max"),
+                          (" %): it was picked after the fact and overstates the mean by ", None, None),
+                          (f"{(m_[f'{p}/max'] or 0) - (m_[f'{p}/mean'] or 0):.1f}", None, None), (" pp.", None, None)]
             if unit == "format":
                 parts += [(" The standard format differs from the mean by ", None, None),
                           sp(f"{p}/standard_minus_mean"), (f" pp ({L} ", None, None),
