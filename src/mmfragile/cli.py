@@ -107,13 +107,13 @@ def _run(a: argparse.Namespace, study) -> int:
         print(f"# {name}")
         print(table.round(1).to_string(index=table.index.name is not None))
     if budget is not None:
-        from mmfragile.budget import estimate_store
+        from mmfragile.budget import estimate_store, estimate_tables
 
         for stage in study.stages:
-            if stage.budget and stage.name in run.stores:
-                est = estimate_store(run.stores[stage.name].read(), stage.budget)
-                print(est.budget.to_string(index=False))
-                print(est.summary.drop(columns=["dataset"]).round(2).to_string(index=False))
+            if stage.budget and stage.name in run.stores:  # the same numbers as `mmfragile report` on this store
+                for name, table in estimate_tables(estimate_store(run.stores[stage.name].read(), stage.budget)).items():
+                    print(f"# {name} ({stage.budget} grid estimate)")
+                    print(table.to_string(index=False))
     return 0
 
 
