@@ -28,11 +28,12 @@ from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, StageTask, Study, csv_list, register
 from mmfragile.studies.judgebias.analysis import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
                                                   EXPERIMENTS, JudgeRunReport, PairItem, _can_take, _check_decoding,
+                                                  bias_table,
                                                   _choice_row, _dataset, _score_row, build_judge_conditions,
                                                   judgment_seed, parse_failure_table, parse_prompt_variant,
                                                   position_pairs, reference_responses, release_conditions,
                                                   sample_group, selfgen_group, selfgen_sample, selfgen_samples,
-                                                  store_config, verbosity_pairs)
+                                                  store_config, unavailable, verbosity_pairs)
 from mmfragile.studies.judgebias.data import (EASY_VQA_JUDGE_DATASET, JudgeSample, load_judge_dataset,
                                                make_easy_vqa_judge_set, make_judge_set)
 from mmfragile.studies.judgebias.metrics import PERTURBATIONS
@@ -81,19 +82,29 @@ def _builtin_set(dataset: str | None):
 
 
 def load(ctx: RunContext) -> JudgeData:
-    """A generated judge set (``dataset`` "synthetic" or "easy-vqa-judge", written under ``<folder>/data``, perturbed
-    inputs saved for audit under ``<folder>/audit``) or the released benchmark (``mm-judgebias:<data>[::<images>]``)."""
+    """A generated judge set (``dataset`` "synthetic" or "easy-vqa-judge", written under ``<folder>/data``), a user's
+    flat records (``judge-dir:<file or folder>``, docs/judge-data.md) - both perturbed here, the judged inputs saved
+    for audit under ``<folder>/audit`` - or the released benchmark's own pairs (``mm-judgebias:<data>[::<images>]``).
+    A perturbation no record can take is left out with a warning and listed in ``run_info["left_out"]``."""
     p = ctx.params
     _check_decoding(p["decoding"], p["runs"])
+    if ctx.table is not None:
+        raise ValueError("the judge study reads judge samples, not a question table: pass dataset='judge-dir:<file>' "
+                         "(docs/judge-data.md) or 'mm-judgebias:<data>'")
+    bad: list[dict] = []
     if _builtin_set(ctx.dataset):
         samples = _builtin_set(ctx.dataset)(p["n_samples"], p["seed"], ctx.folder / "data")
-        conditions = build_judge_conditions(samples, p["perturbations"], p["seed"], ctx.folder / "audit")
-        bad: list[dict] = []
     else:
-        bad = []
         samples = load_judge_dataset(ctx.dataset, n=p["n_samples"], skipped=bad if p["skip_bad_rows"] else None)
-        conditions = release_conditions(samples, p["perturbations"])
-    ctx.run_info = {"n_samples": len(samples), "skipped_rows": bad}
+    if any(s.meta.get("role") in ("unbiased", "biased") for s in samples):  # the release: its fixed pairs
+        conditions, left_out = release_conditions(samples, p["perturbations"]), {}
+    else:
+        left_out = unavailable(p["perturbations"], samples)
+        for name, why in left_out.items():
+            warnings.warn(f"{name} left out: {why}")
+        conditions = build_judge_conditions(samples, [x for x in p["perturbations"] if x not in left_out], p["seed"],
+                                            ctx.folder / "audit")
+    ctx.run_info = {"n_samples": len(samples), "skipped_rows": bad, "left_out": left_out}
     return JudgeData(samples, conditions)
 
 
@@ -241,6 +252,7 @@ def _batch(p: dict) -> dict:
 def _summarize(stores: dict[str, ResultStore]) -> dict:
     out = {}
     if "scores" in stores:
+        out["bias"] = bias_table(stores["scores"])
         out["parse_failures"] = parse_failure_table(stores["scores"].read(), by=("judge", "perturbation"))
     if "pairwise" in stores:
         out["pairwise_parse_failures"] = parse_failure_table(stores["pairwise"].read(), by=("judge", "experiment"))
