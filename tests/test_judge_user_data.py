@@ -133,3 +133,15 @@ def test_the_judge_study_refuses_a_question_table(tmp_path):
     table = mf.load_dataset("synthetic-vqa", n=2)
     with pytest.raises(ValueError, match="not a question table: pass dataset='judge-dir:<file>'"):
         mf.run_study("judge", "tiny-vlm", table, out=tmp_path)
+
+
+def test_pairwise_on_flat_data_pairs_every_response_with_its_reference(tmp_path):
+    data = _user_file(tmp_path / "data")
+    run = mf.run_study("judge", BlackImageJudge(), f"judge-dir:{data}", out=tmp_path / "out", runs=1,
+                       decoding="greedy", progress=False, pairwise=True, perturbations=["text_dominance"])
+    pairs = run.table("pairwise")
+    assert len(pairs) == 3 * (2 + 2)                 # 3 records x (position AB, BA + verbosity AB, BA) x 1 run
+    ab = pairs.query("experiment == 'position' and order == 'AB'").set_index("sample_id")
+    assert ab.loc["judge-1", ["response_a", "response_b"]].tolist() == ["A sky.", "It shows a sky."]
+    verbose = pairs.query("experiment == 'verbosity' and order == 'AB'").set_index("sample_id")
+    assert verbose.loc["judge-2", "response_a"] == "A leaf." and "A leaf." in verbose.loc["judge-2", "response_b"]

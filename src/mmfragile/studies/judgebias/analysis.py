@@ -381,8 +381,11 @@ class PairItem:
 
 def alternative_response(sample: JudgeSample) -> str:
     """A second high-quality response with the same content as a correct synthetic response (position
-    bias needs "two high-quality responses", App. H): the answer restated from the scene facts."""
+    bias needs "two high-quality responses", App. H): the record's ``reference`` answer if it has one, else the
+    answer restated from the scene facts."""
     m = sample.meta
+    if m.get("reference"):
+        return str(m["reference"])
     qt = m.get("question_type")
     if qt == "count":
         k = int(m["count"])

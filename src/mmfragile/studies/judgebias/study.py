@@ -198,6 +198,15 @@ def pair_items(judge: MLLM, units: Sequence[PairItem], params: dict, skipped: li
     return items
 
 
+def pair_units(ctx: RunContext) -> list[PairItem]:
+    """Position and verbosity pairs of the correct responses (``meta["kind"] == "good"``) of a generated set; of a
+    user's records (no ``kind``: docs/judge-data.md) every response, position-paired with its ``reference``."""
+    samples = ctx.data.samples
+    kinds = None if not any("kind" in s.meta or s.meta.get("role") for s in samples) else ("good",)
+    return (position_pairs(samples, kinds=kinds)
+            + verbosity_pairs(samples, seed=ctx.params["seed"], kinds=kinds))
+
+
 def pair_group(unit: PairItem) -> str:
     return question_group(unit.dataset, unit.sample_id)
 
@@ -268,8 +277,7 @@ STUDY = register(Study(
     stages=(
         Stage("scores", store="scores", units=lambda ctx: ctx.data.conditions, items=score_items, score=score_score,
               config=_config("scores"), group_of=lambda unit: sample_group(unit[1]), run_kw=_batch, unit="judgment"),
-        Stage("pairwise", store="pairwise", units=lambda ctx: (position_pairs(ctx.data.samples)
-                                                               + verbosity_pairs(ctx.data.samples, seed=ctx.params["seed"])),
+        Stage("pairwise", store="pairwise", units=pair_units,
               items=pair_items, score=lambda judge, params: lambda raw, item: _choice_row(raw),
               config=_config("pairwise"), group_of=pair_group, when=lambda p: p["pairwise"], run_kw=_batch,
               unit="judgment"),
