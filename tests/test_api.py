@@ -2,6 +2,8 @@
 under a stable name); dir(mmfragile) lists the public API for completion."""
 from __future__ import annotations
 
+import pytest
+
 import mmfragile as mf
 
 FORMAT = ["uppercase-dot-line_break"]
@@ -36,6 +38,8 @@ def test_table_name_without_attrs_is_its_dataset_column():
     assert table_name(table) == "synthetic-vqa"
     mixed = table.assign(dataset=["b-set", "a-set"])
     assert table_name(mixed) == "a-set+b-set"
+    with pytest.raises(ValueError, match=r"needs rows and the columns .*; this one lacks \['options'\]"):
+        mf.run_study("format-bias", "tiny-vlm", table.drop(columns="options"), out="unused")
 
 
 def test_promptception_takes_a_question_table(tmp_path, tiny_vlm):

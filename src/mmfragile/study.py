@@ -92,7 +92,7 @@ class RunContext:
         """The question table: the one given to :func:`run_study` (its first ``n`` rows), else
         :func:`~mmfragile.data.loaders.load_dataset` of the spec."""
         if self.table is not None:
-            return self.table.head(n).reset_index(drop=True) if n else self.table
+            return (self.table.head(n) if n else self.table).reset_index(drop=True)
         from mmfragile.data.loaders import load_dataset
 
         return load_dataset(self.dataset, n=n, skip_bad_rows=skip_bad_rows)
@@ -100,11 +100,16 @@ class RunContext:
 
 def table_name(table: pd.DataFrame) -> str:
     """The dataset name a question table is stored under: the spec :func:`~mmfragile.data.loaders.load_dataset`
-    read it from (``attrs["spec"]``), else its ``dataset`` column's values."""
+    read it from (``attrs["spec"]``), else its ``dataset`` column's values. A table without rows or without the
+    question columns raises, naming them."""
+    from mmfragile.schema import QUESTION_COLUMNS
+
+    missing = [c for c in QUESTION_COLUMNS if c not in table.columns]
+    if missing or table.empty:
+        raise ValueError(f"dataset: a question table needs rows and the columns {QUESTION_COLUMNS} (mf.load_dataset "
+                         f"returns one); " + (f"this one lacks {missing}" if missing else "this one is empty"))
     if table.attrs.get("spec"):
         return str(table.attrs["spec"])
-    if "dataset" not in table.columns or table.empty:
-        raise ValueError("a question table needs rows and a 'dataset' column (as mf.load_dataset's tables have)")
     return "+".join(sorted(table["dataset"].astype(str).unique()))
 
 

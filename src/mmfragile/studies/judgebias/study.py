@@ -28,8 +28,7 @@ from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, StageTask, Study, csv_list, register
 from mmfragile.studies.judgebias.analysis import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
                                                   EXPERIMENTS, JudgeRunReport, PairItem, _can_take, _check_decoding,
-                                                  bias_table,
-                                                  _choice_row, _dataset, _score_row, build_judge_conditions,
+                                                  _choice_row, _dataset, _score_row, bias_table, build_judge_conditions,
                                                   judgment_seed, parse_failure_table, parse_prompt_variant,
                                                   position_pairs, reference_responses, release_conditions,
                                                   sample_group, selfgen_group, selfgen_sample, selfgen_samples,
