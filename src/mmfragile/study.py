@@ -86,6 +86,31 @@ class RunContext:
     data: Any = None
     run_info: dict[str, Any] = field(default_factory=dict)
     budget: float | int | None = None
+    table: pd.DataFrame | None = None   # a question table given to run_study instead of a spec
+
+    def questions(self, n: int | None = None, skip_bad_rows: bool = False) -> pd.DataFrame:
+        """The question table: the one given to :func:`run_study` (its first ``n`` rows), else
+        :func:`~mmfragile.data.loaders.load_dataset` of the spec."""
+        if self.table is not None:
+            return (self.table.head(n) if n else self.table).reset_index(drop=True)
+        from mmfragile.data.loaders import load_dataset
+
+        return load_dataset(self.dataset, n=n, skip_bad_rows=skip_bad_rows)
+
+
+def table_name(table: pd.DataFrame) -> str:
+    """The dataset name a question table is stored under: the spec :func:`~mmfragile.data.loaders.load_dataset`
+    read it from (``attrs["spec"]``), else its ``dataset`` column's values. A table without rows or without the
+    question columns raises, naming them."""
+    from mmfragile.schema import QUESTION_COLUMNS
+
+    missing = [c for c in QUESTION_COLUMNS if c not in table.columns]
+    if missing or table.empty:
+        raise ValueError(f"dataset: a question table needs rows and the columns {QUESTION_COLUMNS} (mf.load_dataset "
+                         f"returns one); " + (f"this one lacks {missing}" if missing else "this one is empty"))
+    if table.attrs.get("spec"):
+        return str(table.attrs["spec"])
+    return "+".join(sorted(table["dataset"].astype(str).unique()))
 
 
 @dataclass(frozen=True)
@@ -265,7 +290,8 @@ class _Models:
         return self._loaded[str(spec)]
 
 
-def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = None, dataset: str | None = None, *,
+def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = None,
+              dataset: "str | pd.DataFrame | None" = None, *,
               n: int | None = None, out: str | Path | None = None, results_dir: str | Path | None = None,
               model_args: Mapping[str, Any] | str | None = None, stages: Sequence[str] | None = None,
               shard: "Shard | str | None" = None, workers: int | None = None, ray_address: str | None = None,
@@ -278,7 +304,9 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     under which the study places it (``<results_dir>/<model>/<dataset>`` for the grid studies, the folder itself
     for the judge study). ``model``: a spec string, a :class:`~mmfragile.models.spec.ModelSpec` or a loaded
     model (not with ``workers``); ``model_args``: the backend's keyword arguments (``{"max_pixels": ...}`` or
-    ``"max_pixels=...,trust_remote_code=true"``). ``params``: the study's parameters (see its ``params``).
+    ``"max_pixels=...,trust_remote_code=true"``). ``dataset``: a spec string or a question table
+    (``mf.load_dataset(...)``'s DataFrame, used as given - its first ``n`` rows with ``n`` - and stored under
+    :func:`table_name`). ``params``: the study's parameters (see its ``params``).
 
     Scale: ``shard="i/n"`` runs one shard of every stage (by question group; ``mmfragile merge`` checks the
     stores afterwards); ``workers=N`` runs every stage on N Ray workers, one model replica each
@@ -299,14 +327,15 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     spec = (as_spec(loaded.name) if loaded is not None else
             as_spec(model or study.default_model, model_args=model_args))
     name = loaded.name if loaded is not None else spec.name
-    dataset = dataset or study.default_dataset
+    table = dataset if isinstance(dataset, pd.DataFrame) else None
+    dataset = table_name(table) if table is not None else dataset or study.default_dataset
     if study.needs_dataset and not dataset:
         raise ValueError(f"study {study.name!r} needs a dataset (e.g. easy-vqa, synthetic-vqa, mmbench:<file.tsv>)")
     if out is None:
         if results_dir is None:
             raise ValueError("give out= (the study's results folder) or results_dir=")
         out = study.folder(results_dir, name, dataset)
-    ctx = RunContext(study, spec, name, dataset, n, Path(out), study.resolve(params), budget=budget)
+    ctx = RunContext(study, spec, name, dataset, n, Path(out), study.resolve(params), budget=budget, table=table)
     ctx.data = study.load(ctx)
     load_model = models or _Models(loaded, spec)
     run = StudyRun(study, name, ctx.folder, ctx.data)
