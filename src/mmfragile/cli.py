@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("benchmarks", help="the benchmark registry: names, spec kinds, standard formats, sources")
 
     m = sub.add_parser("merge", help="check a result store against its manifests; compact it; bring in other stores")
-    m.add_argument("store", help="the result store (if missing: built from the SOURCEs in a temporary folder, renamed when complete)")
+    m.add_argument("store", help="the result store (if missing: built from the SOURCEs in a temporary folder, "
+                                 "renamed when complete)")
     m.add_argument("sources", nargs="*", help="stores whose rows and manifests to add (e.g. per-shard stores)")
     m.add_argument("--no-compact", action="store_true", help="leave the parts as they are")
     m.add_argument("--show", type=int, default=5, help="example keys to print per problem")

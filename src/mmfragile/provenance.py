@@ -83,7 +83,8 @@ def describe_identity(ident: dict[str, Any]) -> str:
     """An identity in one short phrase: ``hf:/ckpt dtype=bfloat16 (checkpoint sha256 0123456789ab)``."""
     args = "".join(f" {k}={v}" for k, v in sorted((ident.get("args") or {}).items()))
     sha = str(ident.get("checkpoint_sha256"))
-    return f"{ident.get('backend')}:{ident.get('source')}{args} (checkpoint sha256 {sha[:12] if _SHA256.fullmatch(sha) else sha})"
+    sha = sha[:12] if _SHA256.fullmatch(sha) else sha
+    return f"{ident.get('backend')}:{ident.get('source')}{args} (checkpoint sha256 {sha})"
 
 
 def identity_clash(where: Path | str, name: str, held: dict[str, Any], new: dict[str, Any]) -> str:
