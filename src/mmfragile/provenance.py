@@ -87,11 +87,14 @@ def describe_identity(ident: dict[str, Any]) -> str:
     return f"{ident.get('backend')}:{ident.get('source')}{args} (checkpoint sha256 {sha})"
 
 
-def identity_clash(where: Path | str, name: str, held: dict[str, Any], new: dict[str, Any]) -> str:
-    """The one-line refusal of a model that is not the one a store holds under ``name``."""
+def identity_clash(where: Path | str, name: str, held: dict[str, Any], new: dict[str, Any],
+                   one_model: bool = False) -> str:
+    """The one-line refusal of a model that is not the one a store holds under ``name`` (``one_model``: a store
+    whose configuration names its one model, so that only a new folder takes another)."""
+    way = ("Use a new --out (and --model-args name=NEW to tell the two apart in a report)" if one_model else
+           "Use a new --out, or give this model another name with --model-args name=NEW")
     return (f"{where}: the model named {name!r} here is {describe_identity(held)}, not {describe_identity(new)} "
-            f"(stored vs requested); their rows would mix. Use a new --out, or give this model another name with "
-            f"--model-args name=NEW.")
+            f"(stored vs requested); their rows would mix. {way}.")
 
 
 def model_provenance(spec: str, folder: Path | None) -> dict[str, Any]:

@@ -357,7 +357,8 @@ class ResultStore:
         if held is None:
             self.pin_run_info(MODEL_IDENTITY, dict(identity), entry=name)
         elif not same_model(held, _canonical(dict(identity))):
-            raise ConfigMismatch(identity_clash(self.root / "config.json", name, held, _canonical(dict(identity))))
+            raise ConfigMismatch(identity_clash(self.root / "config.json", name, held, _canonical(dict(identity)),
+                                                one_model=self.config.get("model") == name))
 
     def merge_run_info(self, key: str, entries: Mapping[str, Any]) -> None:
         """Add ``entries`` to the mapping ``run_info[key]`` (e.g. each model's provenance in a store several models
