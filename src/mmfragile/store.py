@@ -755,9 +755,9 @@ def merge_stores(target: str | Path, sources: Sequence[str | Path] = (), compact
         if not (s / "parts").is_dir() and (s != target or not sources):
             raise FileNotFoundError(f"{s}: not a result store (no parts/ folder)")
     srcs = [ResultStore(s) for s in sources]
-    cfg = json.loads((target / "config.json").read_text()) if (target / "config.json").exists() else (
-        srcs[0].config if srcs else {})
-    info = _mergeable(target, cfg, srcs)
+    base = target if (target / "config.json").exists() or not srcs else srcs[0].root   # whose config rules
+    cfg = json.loads((base / "config.json").read_text()) if (base / "config.json").exists() else {}
+    info = _mergeable(base, cfg, srcs)
     if target.exists() and any(target.iterdir()):
         return _merge_into(_merge_target(target, cfg, info), srcs, compact)
     tmp = target.with_name(f".{target.name}.merging-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -771,15 +771,15 @@ def merge_stores(target: str | Path, sources: Sequence[str | Path] = (), compact
     return report
 
 
-def _mergeable(target: Path, cfg: Mapping[str, Any], srcs: Sequence[ResultStore]) -> dict[str, Any] | None:
-    """The merged ``run_info`` of ``cfg`` and the sources (None without a configuration); :class:`ConfigMismatch`
-    if a source has another configuration or holds another model under a name."""
+def _mergeable(base: Path, cfg: Mapping[str, Any], srcs: Sequence[ResultStore]) -> dict[str, Any] | None:
+    """The merged ``run_info`` of ``cfg`` (``base``'s) and the sources' (None without a configuration);
+    :class:`ConfigMismatch` if a source has another configuration or holds another model under a name."""
     info = dict(cfg.get(RUN_INFO) or {}) if cfg else None
     for s in srcs:
         diff = _config_diff(cfg, s.config)
         if diff:
-            raise ConfigMismatch(f"{s.root}: its config differs from {target}'s; only runs of one configuration "
-                                 f"merge - differences ({target.name}, {s.root.name}): {diff}")
+            raise ConfigMismatch(f"{s.root}: its config differs from {base}'s; only runs of one configuration "
+                                 f"merge - differences ({base.name}, {s.root.name}): {diff}")
         info = _merge_run_info(info or {}, s.config.get(RUN_INFO) or {}, s.root)
     return info
 
