@@ -203,7 +203,8 @@ def test_merge_shard_folders_into_a_new_store_equals_one_run_and_fails_leaving_n
         merge_stores(tmp_path / "bad", [tmp_path / "s0", tmp_path / "n4"])
     nothing_left(tmp_path / "bad")
     run(tmp_path / "bf16", "--shard", "1/2", "--model-args", "dtype=bfloat16")   # another model, same name
-    with pytest.raises(ConfigMismatch, match=r"hf:tiny-vlm \(checkpoint .*, not hf:tiny-vlm dtype=bfloat16"):
+    with pytest.raises(ConfigMismatch, match=r"bf16: its run_info.model_identity\['tiny-vlm'\] is hf:tiny-vlm dtype=bfloat16 \(checkpoint "
+                                               r".*the stores before it have hf:tiny-vlm \(checkpoint"):
         merge_stores(tmp_path / "bad", [tmp_path / "s0", tmp_path / "bf16"])
     nothing_left(tmp_path / "bad")
     calls = []

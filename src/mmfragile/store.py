@@ -784,30 +784,29 @@ def _mergeable(base: Path, cfg: Mapping[str, Any], srcs: Sequence[ResultStore]) 
     return info
 
 
-#: ``run_info`` entries (name -> value) two stores must agree on to merge, and how they are compared
-def _pinned() -> dict[str, Any]:
-    from mmfragile.provenance import same_model
+def _pinned() -> dict[str, tuple]:
+    """``run_info`` entries (name -> value) that stores must agree on to merge: how values compare and read."""
+    from mmfragile.provenance import describe_identity, same_model
 
-    return {MODEL_IDENTITY: same_model, "image_policy": lambda a, b: a == b}
+    return {MODEL_IDENTITY: (same_model, describe_identity), "image_policy": (lambda a, b: a == b, str)}
 
 
 def _merge_run_info(into: Mapping[str, Any], other: Mapping[str, Any], where: Path) -> dict[str, Any]:
-    """``into`` with ``other``'s entries added: lists (skipped rows) joined, mappings (provenance, identities per
-    model) keep ``into``'s entries, pinned ones (:func:`_pinned`) must agree; other values stay ``into``'s."""
-    from mmfragile.provenance import identity_clash
-
+    """``into`` with ``other``'s (``where``'s) entries added: lists (skipped rows) joined, mappings (provenance,
+    identities per model) keep ``into``'s entries, pinned ones (:func:`_pinned`) must agree; other values stay
+    ``into``'s."""
     out = dict(into)
     for key, value in other.items():
         mine = out.setdefault(key, value)
         if isinstance(mine, list) and isinstance(value, list):
             out[key] = mine + [v for v in value if v not in mine]
         elif isinstance(mine, dict) and isinstance(value, dict):
-            same = _pinned().get(key)
-            for name in set(mine) & set(value) if same else ():
+            same, describe = _pinned().get(key, (None, None))
+            for name in sorted(set(mine) & set(value)) if same else ():
                 if not same(mine[name], value[name]):
-                    raise ConfigMismatch(identity_clash(where, name, mine[name], value[name]) if key == MODEL_IDENTITY
-                                         else f"{where}: run_info.{key}[{name!r}] is {value[name]}, the others have "
-                                              f"{mine[name]}; their rows would mix and do not merge")
+                    raise ConfigMismatch(f"{where}: its run_info.{key}[{name!r}] is {describe(value[name])}, the "
+                                         f"stores before it have {describe(mine[name])}; their rows would mix, so "
+                                         "they do not merge")
             out[key] = {**value, **mine}
     return out
 
