@@ -12,7 +12,7 @@ import pytest
 from mmfragile.cli import main
 from mmfragile.models.embedded import embedded_model_path
 from mmfragile.models.spec import ModelSpec, as_spec
-from mmfragile.provenance import model_identity, tree_sha256
+from mmfragile.provenance import tree_sha256
 from mmfragile.store import ConfigMismatch, ResultStore
 from mmfragile.study import run_study
 
@@ -97,6 +97,8 @@ def test_a_store_from_before_identities_resumes_and_records_one(tmp_path):
 
 
 def test_one_identity_per_model_name(tmp_path):
+    from mmfragile.provenance import model_identity
+
     st = ResultStore(tmp_path / "s", {"study": "judge"})
     spec = ModelSpec.parse("/ckpt/m", dtype="bfloat16", batch_size=4, name="m")
     x = model_identity(spec, "a" * 64)
