@@ -35,7 +35,9 @@ def _add_run_args(p: argparse.ArgumentParser, study) -> None:
                    help="model spec: embedded / zoo name, checkpoint folder, cached model id, vllm:..., "
                         "openai:<url>::<model> (mmfragile.models.spec)")
     p.add_argument("--model-args", default=None, metavar="K=V,...",
-                   help="keyword arguments of the model's backend, e.g. max_pixels=1048576,trust_remote_code=true")
+                   help="keyword arguments of the model's backend, e.g. max_pixels=1048576,trust_remote_code=true; "
+                        "name=NEW names the model in stores and reports (a store holds one model per name: resuming "
+                        "with another checkpoint or output-changing argument is refused; docs/stores.md)")
     p.add_argument("--dataset", default=study.default_dataset,
                    help="dataset spec (python -m mmfragile benchmarks lists them)")
     p.add_argument("--n", type=int, default=None, help="questions (default: all)")
@@ -147,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("benchmarks", help="the benchmark registry: names, spec kinds, standard formats, sources")
 
     m = sub.add_parser("merge", help="check a result store against its manifests; compact it; bring in other stores")
-    m.add_argument("store", help="the result store (created from the first SOURCE if missing)")
+    m.add_argument("store", help="the result store (if missing: built from the SOURCEs in a temporary folder, "
+                                 "renamed when complete)")
     m.add_argument("sources", nargs="*", help="stores whose rows and manifests to add (e.g. per-shard stores)")
     m.add_argument("--no-compact", action="store_true", help="leave the parts as they are")
     m.add_argument("--show", type=int, default=5, help="example keys to print per problem")

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from mmfragile.models.base import MLLM
-from mmfragile.models.spec import ModelSpec, as_spec
+from mmfragile.models.spec import ModelSpec, as_spec, spec_of
 from mmfragile.paths import safe_name
 from mmfragile.runner import EvalItem, ScoreFn, run_items
 from mmfragile.shards import Shard, question_group
@@ -324,9 +324,8 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     loaded = model if isinstance(model, MLLM) else None
     if loaded is not None and workers:
         raise ValueError("a loaded model cannot be sent to Ray workers: pass its spec")
-    spec = (as_spec(loaded.name) if loaded is not None else
-            as_spec(model or study.default_model, model_args=model_args))
-    name = loaded.name if loaded is not None else spec.name
+    spec = spec_of(loaded) if loaded is not None else as_spec(model or study.default_model, model_args=model_args)
+    name = spec.name
     table = dataset if isinstance(dataset, pd.DataFrame) else None
     dataset = table_name(table) if table is not None else dataset or study.default_dataset
     if study.needs_dataset and not dataset:
@@ -339,6 +338,7 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     ctx.data = study.load(ctx)
     load_model = models or _Models(loaded, spec)
     run = StudyRun(study, name, ctx.folder, ctx.data)
+    provenance: dict[str, dict] = {}   # per model spec, computed once
     for stage in study.stages:
         if not stage.when(ctx.params) or (stages is not None and stage.name not in stages):
             continue
@@ -348,9 +348,10 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
         before = stored_keys(store)
         task = StageTask(study.name, stage.name, tuple(sorted(ctx.params.items())),
                          budget if stage.budget else None, adaptive, budget_seed, budget_batch, progress)
-        for mspec in (stage.models(ctx) if stage.models else [spec]):
-            store.merge_run_info("provenance", {mspec.name: _provenance(mspec, loaded if mspec is spec else None,
-                                                                        dataset)})
+        mspecs = stage.models(ctx) if stage.models else [spec]
+        for mspec in mspecs:  # every model's identity is checked before any of them loads
+            _pin_model(store, mspec, loaded if mspec is spec else None, dataset, provenance)
+        for mspec in mspecs:
             if workers:
                 from mmfragile.distributed import run_on_ray
 
@@ -368,13 +369,29 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     return run
 
 
+def _pin_model(store: ResultStore, spec: ModelSpec, loaded: MLLM | None, dataset: str | None,
+               known: dict[str, dict]) -> None:
+    """Refuse a store that holds another model under ``spec.name`` (:meth:`ResultStore.pin_model`), then record
+    the model's provenance if the store has none for it yet (never rewritten over rows it did not produce)."""
+    from mmfragile.provenance import model_identity
+
+    if str(spec) not in known:
+        known[str(spec)] = _provenance(spec, loaded, dataset)
+    prov = known[str(spec)]
+    store.pin_model(spec.name, model_identity(spec, prov["checkpoint_sha256"]))
+    if spec.name not in ((store.config.get("run_info") or {}).get("provenance") or {}):
+        store.merge_run_info("provenance", {spec.name: prov})
+
+
 def _provenance(spec: ModelSpec, loaded: MLLM | None, dataset: str | None) -> dict[str, Any]:
     """What the run ran on (:mod:`mmfragile.provenance`); a run is never stopped by it: what cannot be found out
-    is recorded as not recorded, with the reason."""
+    is recorded as not recorded, with the reason. The checkpoint is the spec's (as for a run given the spec
+    string), or what a model built by hand says it was loaded from."""
     from mmfragile.provenance import run_provenance
 
     try:
-        folder = loaded.checkpoint if loaded is not None else spec.checkpoint_dir()
+        own = loaded is not None and (loaded.spec is None or loaded.checkpoint is not None)
+        folder = loaded.checkpoint if own else spec.checkpoint_dir()
         return run_provenance(str(spec), folder, dataset)
     except (OSError, ValueError) as e:
         return {"model_spec": str(spec), "checkpoint_sha256": f"not recorded: {type(e).__name__}: {e}"}

@@ -16,6 +16,7 @@ Spec strings (the backend prefix is optional; ``hf`` by default):
 
 Keyword arguments (``max_pixels``, ``trust_remote_code``, ``batch_size``, ``tensor_parallel_size`` ...) go to the
 backend's constructor; on the command line they are ``--model-args k=v,k=v`` (values read as YAML scalars).
+``name=NEW`` names the model in stores and reports (two models must not share a name in one store: docs/stores.md).
 """
 from __future__ import annotations
 
@@ -27,6 +28,14 @@ from typing import Any, Mapping
 import yaml
 
 BACKENDS = ("hf", "vllm", "openai")
+#: keyword arguments that change where and how fast a model runs, not its outputs: left out of a store's model
+#: identity (:func:`mmfragile.provenance.model_identity`), so a resume may change them. ``device`` is where it runs
+#: (like the hardware, not part of the identity); ``api_key`` is a secret and is never recorded.
+SPEED_ONLY = frozenset({
+    "name", "batch_size", "memory_budget", "max_batch", "device", "tensor_parallel_size", "gpu_memory_utilization",
+    "enable_prefix_caching", "mm_processor_cache_gb", "enforce_eager", "block_size", "max_model_len",
+    "max_images_per_prompt", "max_concurrency", "max_retries", "backoff_base", "backoff_max", "max_retry_after",
+    "timeout", "cache_dir", "api_key"})
 
 #: footers of figures made with a model that does not really see (tests and smoke runs)
 _NOTES = {
@@ -89,6 +98,12 @@ class ModelSpec:
         return dict(self.kwargs)
 
     @property
+    def output_options(self) -> dict[str, Any]:
+        """The keyword arguments that change the model's outputs (``dtype``, ``max_pixels``, ``trust_remote_code``
+        ...): all but :data:`SPEED_ONLY`."""
+        return {k: v for k, v in self.kwargs if k not in SPEED_ONLY}
+
+    @property
     def base_name(self) -> str:
         """The source without an ``@seed`` suffix."""
         return self.source.partition("@")[0]
@@ -136,6 +151,7 @@ class ModelSpec:
         """The model (:class:`~mmfragile.models.base.MLLM`). No network: a model id must be in the HF cache."""
         model = self._load({k: v for k, v in self.kwargs if k != "name"})
         model.name = self.name
+        model.spec = self  # what a run records and the studies read the backend from (spec_of)
         return model
 
     def _load(self, kw: dict[str, Any]):
@@ -193,6 +209,17 @@ def figure_note_for(models) -> str | None:
     really see, joined; None when every model's answers are real."""
     notes = list(dict.fromkeys(n for n in (ModelSpec.parse(str(m)).figure_note() for m in models) if n))
     return "; ".join(notes) or None
+
+
+def spec_of(model) -> ModelSpec:
+    """The spec of a loaded model: the one it was loaded from (:meth:`ModelSpec.load` sets ``model.spec``), or for a
+    model built by hand one made from its name - an ``openai:`` spec for a model that declares itself an API
+    (``model.api``), so that what depends on the backend (Promptception's answer formats) follows what it is."""
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        spec = (ModelSpec("openai", f"{getattr(model, 'base_url', '')}::{model.name}") if model.api
+                else ModelSpec.parse(model.name))
+    return spec if spec.name == model.name else as_spec(spec, name=model.name)
 
 
 def as_spec(model: "str | ModelSpec", backend: str | None = None, model_args: Mapping[str, Any] | str | None = None,

@@ -287,10 +287,68 @@ def _study(store: ResultStore) -> str:
     return str(store.config.get("study", "format-bias"))
 
 
+def _identities(store: ResultStore) -> dict[str, dict]:
+    """Model name -> the identity of the model whose rows the store holds (``run_info.model_identity``; a store
+    made before identities were pinned: its provenance's spec and checkpoint hash)."""
+    info = store.config.get("run_info") or {}
+    if info.get("model_identity"):
+        return dict(info["model_identity"])
+    return {m: {"model_spec": p.get("model_spec"), "checkpoint_sha256": p.get("checkpoint_sha256")}
+            for m, p in (info.get("provenance") or {}).items() if isinstance(p, Mapping)}
+
+
+def _same(a: dict, b: dict) -> bool:
+    """:func:`~mmfragile.provenance.same_model`; with an older store's provenance (``model_spec``, all arguments):
+    the same spec string and checkpoint if both are older, the same checkpoint hash if one is."""
+    from mmfragile.provenance import same_model
+
+    if "model_spec" not in a and "model_spec" not in b:
+        return same_model(a, b)
+    return a == b if "model_spec" in a and "model_spec" in b else a["checkpoint_sha256"] == b["checkpoint_sha256"]
+
+
+def _describe(ident: dict) -> str:
+    from mmfragile.provenance import describe_identity
+
+    return (f"{ident['model_spec']} (checkpoint sha256 {str(ident['checkpoint_sha256'])[:12]})"
+            if "model_spec" in ident else describe_identity(ident))
+
+
+def model_labels(stores: Sequence[ResultStore]) -> tuple[dict[tuple[Path, str], str], list[str]]:
+    """Stores that share a model name but not the model (another spec or checkpoint): ``(store root, name) ->
+    "name [spec]"`` for their rows, so that they are shown apart and never merged into one row, and a note each."""
+    by_name: dict[str, list[tuple[Path, dict]]] = {}
+    for st in stores:
+        for name, ident in _identities(st).items():
+            by_name.setdefault(name, []).append((st.root, ident))
+    labels, notes = {}, []
+    for name, held in by_name.items():
+        distinct: list[dict] = []
+        for _, ident in held:
+            if not any(_same(ident, d) for d in distinct):
+                distinct.append(ident)
+        if len(distinct) > 1:
+            labels.update({(root, name): f"{name} [{_describe(ident)}]" for root, ident in held})
+            notes.append(f"WARNING: {len(distinct)} different models are named {name!r} "
+                         f"({'; '.join(map(_describe, distinct))}); their stores are shown apart, each labelled "
+                         "with its spec - name them apart with --model-args name=NEW")
+    return labels, notes
+
+
+def _store_rows(store: ResultStore, labels: Mapping[tuple[Path, str], str]) -> pd.DataFrame:
+    """The store's rows, the model relabelled where :func:`model_labels` says."""
+    df = store.read()
+    mine = {name: label for (root, name), label in labels.items() if root == store.root}
+    if mine and "model" in df:
+        df["model"] = df["model"].astype(str).replace(mine)
+    return df
+
+
 def _read(stores: Sequence[ResultStore]) -> pd.DataFrame:
     frames = []
+    labels = model_labels(stores)[0]
     for st in stores:
-        df = st.read()
+        df = _store_rows(st, labels)
         if len(df):
             frames.append(df.assign(_store=str(st.root)))
     if not frames:
@@ -611,8 +669,9 @@ def _prompt_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int
     from mmfragile.studies import promptception as pcs
 
     frames = []
+    labels = model_labels(stores)[0]
     for st in stores:
-        df = st.read()
+        df = _store_rows(st, labels)
         if len(df):
             frames.append(df.assign(exclude_refusals=bool(st.config.get("exclude_refusals", False)), _store=str(st.root)))
     if not frames:
@@ -1184,6 +1243,8 @@ def build_report(stores: Sequence[str | Path] | str | Path, out: str | Path, *, 
     for st in found:
         by_study.setdefault(_study(st), []).append(st)
     doc = _Doc()
+    for group in by_study.values():
+        doc.notes += model_labels(group)[1]
     how: list[dict] = []
     for study, fn in (("format-bias", _format_section), ("promptception", _prompt_section)):
         if study in by_study:
