@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
+from mmfragile.faults import kill_point
+
 
 def cache_dir(*parts: str) -> Path:
     """``$MMFRAGILE_CACHE`` (default ``~/.cache/mmfragile``) joined with ``parts``; created on demand."""
@@ -58,8 +60,6 @@ def _remove(path: Path) -> None:
 
 
 def _build_into(target: Path, build: Callable[[Path], None], tmp: Path) -> Path:
-    from mmfragile.faults import kill_point
-
     try:
         build(tmp)
         kill_point("cache.built")
