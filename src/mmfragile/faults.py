@@ -8,7 +8,9 @@ there dies - it creates the file first - so a restarted worker or a rerun carrie
 * ``store.write`` - half of a part's bytes are in its temporary file (a truncated file is left behind);
 * ``store.renamed`` - the part is on disk under its final name, the writer has not yet recorded it;
 * ``store.compact`` - a compacted part is on disk, the parts it replaces are not yet deleted;
-* ``worker.task`` - a distributed worker has evaluated a task and not yet returned its rows.
+* ``worker.task`` - a distributed worker has evaluated a task and not yet returned its rows;
+* ``cache.built`` - :func:`mmfragile.paths.build_once` has built a cache entry into its temporary sibling and not
+  yet renamed it (a stale temporary folder and, for a folder, a lock its death releases are left behind).
 
 ``MMFRAGILE_FAIL_AT="<point>:<n>[:<ERRNO>][,...]"`` instead makes the n-th arrival at a :func:`fail_point`
 (counted per process while the variable is set, apart from the kills) raise ``OSError(errno.<ERRNO>)`` - ``EIO``

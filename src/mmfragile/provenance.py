@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mmfragile.paths import cache_dir
+from mmfragile.paths import build_once, cache_dir
 
 #: files above this size in a *dataset* folder enter its hash by name and size only (media, not annotations)
 MAX_HASHED_BYTES = 64 * 2**20
@@ -31,18 +31,16 @@ def file_sha256(path: str | Path) -> str:
     p = Path(path).resolve()
     st = p.stat()
     key = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
-    cached = cache_dir("hashes") / key
-    if cached.is_file():
-        return cached.read_text().strip()
+    cached = build_once(cache_dir("hashes") / key, lambda tmp: tmp.write_text(_read_sha256(p)), file=True)
+    return cached.read_text().strip()
+
+
+def _read_sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(p, "rb") as f:
+    with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
-    digest = h.hexdigest()
-    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(digest)
-    os.replace(tmp, cached)
-    return digest
+    return h.hexdigest()
 
 
 def tree_sha256(root: str | Path, max_bytes: int | None = None) -> str:
