@@ -161,7 +161,6 @@ class _Runner(threading.Thread):
     def __init__(self, call):
         super().__init__(daemon=True)
         self.call, self.result, self.error = call, None, None
-        self.start()
 
     def run(self):
         try:
@@ -184,8 +183,11 @@ def test_builders_in_two_threads_one_builds_the_other_waits_and_reuses(tmp_path,
                [], "second waits")
 
     threads.append(_Runner(lambda: build_once(target, first)))
+    threads[0].start()  # started once listed: the builder looks at threads[-1]
     _until(lambda: built.is_set() or not threads[0].is_alive(), [], "first builds")
-    threads.append(_Runner(lambda: build_once(target, lambda out: ran.append("second"))))
+    second = _Runner(lambda: build_once(target, lambda out: ran.append("second")))
+    second.start()  # listed once alive: until then the builder's threads[-1] is itself and it keeps waiting
+    threads.append(second)
     for t in threads:
         t.join(60)
     assert [(t.result, t.error) for t in threads] == [(target, None)] * 2 and ran == ["first"]
@@ -203,6 +205,7 @@ def test_a_cached_file_written_by_two_builders_at_once(tmp_path):
         assert b_done.wait(60)  # B writes and renames its own copy before A renames
 
     a = _Runner(lambda: build_once(target, slow, file=True))
+    a.start()
     _until(lambda: any(tmp_path.glob("img.png.building*")) or not a.is_alive(), [], "A wrote")
     assert build_once(target, lambda tmp: tmp.write_bytes(b"same"), file=True) == target
     b_done.set()
