@@ -114,6 +114,19 @@ def table_name(table: pd.DataFrame) -> str:
 
 
 @dataclass(frozen=True)
+class BudgetGrid:
+    """A stage's grid as :mod:`mmfragile.budget` samples and estimates it: ``spec`` (a
+    :class:`~mmfragile.budget.estimator.GridSpec`: the unit and the covariates), ``cells(rows)`` (the complete
+    cell frame of every (model, question) in the stage's store rows, ``correct`` where stored) and, optionally,
+    ``simulate(datasets=, max_items=, seed=, ...)`` (complete grids matching the seed paper's published
+    accuracies, for ``budget.validation``)."""
+
+    spec: Any
+    cells: Callable[[pd.DataFrame], pd.DataFrame]
+    simulate: Callable[..., pd.DataFrame] | None = None
+
+
+@dataclass(frozen=True)
 class Stage:
     """One kind of work of a study into one store (see the module docstring).
 
@@ -121,7 +134,9 @@ class Stage:
     ``items(model, units, params, skipped)`` and ``score(model, params)`` run where the model is (a worker);
     ``skipped`` is a list to append bad rows to (``skip_bad_rows``) or None (raise); ``params`` holds the study's
     parameters and ``budgeted`` (a budgeted design samples the items). ``models(ctx)``: the specs to
-    run the stage with, if not the study's model (the generators of self-generated responses)."""
+    run the stage with, if not the study's model (the generators of self-generated responses). ``budget``: the
+    grid a budget samples (None: the stage always runs whole). ``store``: the subfolder of its store (stages
+    may share one); the store's stage tag is :attr:`tag`."""
 
     name: str
     units: Callable[[RunContext], list]
@@ -131,10 +146,16 @@ class Stage:
     store: str = ""
     group_of: Callable[[Any], str] = record_group
     when: Callable[[dict], bool] = lambda params: True
-    budget: str | None = None
+    budget: BudgetGrid | None = None
     models: Callable[[RunContext], list[ModelSpec]] | None = None
     run_kw: Callable[[dict], dict] = lambda params: {}
     unit: str = "q"
+
+    @property
+    def tag(self) -> str:
+        """The stage's name in its store's config (``"stage"``): the store it writes, the same for stages that
+        share one."""
+        return self.store or self.name
 
 
 @dataclass(frozen=True)
@@ -142,7 +163,13 @@ class Study:
     """A study: ``name`` (registry key), ``title``, the seed paper, its parameters, ``load(ctx)`` (the driver's
     data: a question table, judge samples and conditions ...), its stages, ``folder(results_dir, model, dataset)``
     (where its stores go when a results folder rather than a store folder is given) and ``summarize(stores)``
-    (the tables the CLI prints after a run)."""
+    (the tables the CLI prints after a run).
+
+    What the shared layers learn from it: ``report(doc, stores, opts)`` - its section of the fragility report
+    (:func:`mmfragile.report.build_report`) from its stores by stage tag (those in ``report_stages``; other
+    stages' stores are listed under provenance only), returning ``(section or None, how-to-report entries)``;
+    ``errors`` - exception type -> one-line message for the CLI (an error a user can cause, and what to pass);
+    each stage's ``budget`` grid (:mod:`mmfragile.budget`)."""
 
     name: str
     title: str
@@ -156,6 +183,9 @@ class Study:
     default_model: str = "zoo-smollm2-good"
     default_dataset: str | None = None
     needs_dataset: bool = True
+    report: Callable[..., tuple[Any, list[dict]]] | None = None
+    report_stages: tuple[str, ...] = ()
+    errors: Mapping[type, Callable[[BaseException], str]] = field(default_factory=dict)
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -197,7 +227,37 @@ def get_study(name: "str | Study") -> Study:
 
 
 def study_names() -> list[str]:
-    return sorted(set(BUILTIN) | set(_REGISTRY))
+    """Every study's name: the built-in ones in their order (the report's), then the registered ones."""
+    return list(BUILTIN) + sorted(set(_REGISTRY) - set(BUILTIN))
+
+
+def budget_grid(study: "str | Study", stage: str | None = None) -> BudgetGrid:
+    """The budget grid of ``study``'s ``stage`` (default: its first stage that has one); a study without one
+    raises, naming the studies that have."""
+    st = get_study(study)
+    grids = [s for s in st.stages if s.budget is not None and stage in (None, s.name, s.tag)]
+    if not grids:
+        have = [n for n in study_names() if any(s.budget for s in get_study(n).stages)]
+        raise ValueError(f"study {st.name!r} has no grid a budget can sample (stage {stage or 'any'}); "
+                         f"studies with one: {have}")
+    return grids[0].budget
+
+
+def error_hint(exc: BaseException) -> str | None:
+    """The one-line message a loaded study gives for ``exc`` (its ``errors``), or None."""
+    for st in list(_REGISTRY.values()):
+        for kind, message in st.errors.items():
+            if isinstance(exc, kind):
+                return message(exc)
+    return None
+
+
+def store_stage(config: Mapping[str, Any], where: Any = "store") -> tuple[Study, str]:
+    """The study (from the registry) and stage tag of a store's config (:func:`mmfragile.store.store_tag`)."""
+    from mmfragile.store import store_tag
+
+    name, stage = store_tag(config, where)
+    return get_study(name), stage
 
 
 # ============================================================================================== one stage's work
@@ -240,12 +300,12 @@ class StageTask:
         if self.budget is None:
             run_items(model, items, store, score, shard=shard, stop_after=self.stop_after, **kw)
             return
-        from mmfragile.budget import run_budgeted, spec_for
+        from mmfragile.budget import run_budgeted
 
         if stage.budget is None:
             raise ValueError(f"{self.study}/{self.stage} is no grid a budget can sample")
         kw.pop("desc")
-        run_budgeted(model, items, store, spec_for(stage.budget), self.budget, seed=self.budget_seed,
+        run_budgeted(model, items, store, stage.budget.spec, self.budget, seed=self.budget_seed,
                      adaptive=self.adaptive, batch=self.budget_batch, score_fn=score, **kw)
 
 
@@ -344,7 +404,8 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
             continue
         t0 = time.perf_counter()
         units = stage.units(ctx)
-        store = ResultStore(ctx.folder / stage.store, config=stage.config(ctx), run_info=ctx.run_info or None)
+        store = ResultStore(ctx.folder / stage.store, config={**stage.config(ctx), **tag(study, stage)},
+                            run_info=ctx.run_info or None)
         before = stored_keys(store)
         task = StageTask(study.name, stage.name, tuple(sorted(ctx.params.items())),
                          budget if stage.budget else None, adaptive, budget_seed, budget_batch, progress)
@@ -367,6 +428,12 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
         run.new_rows[stage.name] = len(new)
         run.new_questions[stage.name] = len({k[:2] for k in new})
     return run
+
+
+def tag(study: Study, stage: Stage) -> dict[str, str]:
+    """What every store's config says it holds: ``{"study": <study name>, "stage": <stage tag>}`` - the one name
+    the report, the budget, ``merge`` and the analyses read it by."""
+    return {"study": study.name, "stage": stage.tag}
 
 
 def _pin_model(store: ResultStore, spec: ModelSpec, loaded: MLLM | None, dataset: str | None,

@@ -508,15 +508,15 @@ def reference_responses(samples: Sequence[JudgeSample], kind: str = "good", name
 # ---------------------------------------------------------------------------------------------- stores, tables
 def store_config(**extra: Any) -> dict[str, Any]:
     """The configuration a results folder is created with (checked on resume by :class:`ResultStore`)."""
-    return {"study": "judgebias", **extra}
+    return {"study": "judge", **extra}
 
 
 def open_stores(results_dir: str | Path, config: Mapping[str, Any] | None = None) -> tuple[ResultStore, ResultStore]:
     """(score store, pairwise store) under ``results_dir/scores`` and ``results_dir/pairwise``."""
     root = Path(results_dir)
     cfg = dict(config) if config is not None else None
-    return (ResultStore(root / "scores", None if cfg is None else {**cfg, "kind": "scores"}),
-            ResultStore(root / "pairwise", None if cfg is None else {**cfg, "kind": "pairwise"}))
+    return (ResultStore(root / "scores", None if cfg is None else {**cfg, "stage": "scores"}),
+            ResultStore(root / "pairwise", None if cfg is None else {**cfg, "stage": "pairwise"}))
 
 
 def _rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:

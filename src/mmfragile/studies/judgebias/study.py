@@ -37,6 +37,7 @@ from mmfragile.studies.judgebias.data import (EASY_VQA_JUDGE_DATASET, JudgeSampl
                                                make_easy_vqa_judge_set, make_judge_set)
 from mmfragile.studies.judgebias.metrics import PERTURBATIONS
 from mmfragile.studies.judgebias.prompts import pairwise_prompt, score_prompt
+from mmfragile.studies.judgebias.report import report as judge_report
 
 __all__ = ["STUDY", "JudgeData", "run_judge", "run_pairwise", "generate_responses", "score_items", "pair_items"]
 
@@ -114,7 +115,7 @@ def _config(kind: str):
         return {**store_config(seed=p["seed"], n_samples=p["n_samples"], max_new_tokens=p["max_new_tokens"],
                                decoding=p["decoding"], temperature=p["temperature"], top_p=p["top_p"],
                                pairwise_max_new_tokens=p["pairwise_max_new_tokens"],
-                               generator_max_new_tokens=p["generator_max_new_tokens"], **extra), "kind": kind}
+                               generator_max_new_tokens=p["generator_max_new_tokens"], **extra), "stage": kind}
     return config
 
 
@@ -293,6 +294,8 @@ STUDY = register(Study(
     default_model="smollm2-vlm",
     default_dataset="synthetic",
     needs_dataset=False,
+    report=judge_report,
+    report_stages=("scores", "pairwise"),
 ))
 
 

@@ -229,7 +229,7 @@ def run_config(model: str, dataset: str, model_kind: str = "open", max_new_token
     """The store configuration: everything that changes a row's value (not which rows are run - questions
     and prompts can be added to a store later). ``video_bounds`` is written only when True, so stores made
     before the option existed (whole clips) resume unchanged."""
-    cfg = {"study": "promptception", "model": model, "dataset": dataset, "model_kind": model_kind,
+    cfg = {"study": "promptception", "stage": "prompts", "model": model, "dataset": dataset, "model_kind": model_kind,
            "max_new_tokens": int(max_new_tokens), "extractor": extractor, "exclude_refusals": bool(exclude_refusals),
            "n_frames": n_frames, "fps": fps, "omit_dollar": bool(omit_dollar), "match_text": bool(match_text)}
     if video_bounds:
@@ -244,7 +244,7 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     if not root.exists():
         raise DataError(f"{root}: results folder not found")
     frames = []
-    for store in find_stores(root, "promptception", default_study="promptception"):
+    for store in find_stores(root, "promptception", "prompts"):
         df = store.read()
         if df.empty:
             continue

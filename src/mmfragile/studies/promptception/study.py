@@ -15,6 +15,7 @@ from mmfragile.models.base import MLLM
 from mmfragile.models.spec import ModelSpec
 from mmfragile.runner import EvalItem, ScoreFn
 from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
+from mmfragile.studies.promptception import budget, report
 from mmfragile.studies.promptception.analysis import (DEFAULT_MAX_NEW_TOKENS, make_score_fn, promptception_items,
                                                       resolve_model_kind, run_config, select_questions, store_dir,
                                                       summarize_run)
@@ -85,9 +86,11 @@ STUDY = register(Study(
     params=PARAMS,
     load=load,
     stages=(Stage("prompts", units=lambda ctx: ctx.data.to_dict("records"), items=items, score=score,
-                  config=_config, budget="promptception",
+                  config=_config, budget=budget.GRID,
                   run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}),),
     summarize=lambda stores: summarize_run(stores["prompts"].read()) if "prompts" in stores else {},
     folder=lambda results_dir, model, dataset: store_dir(results_dir, model, dataset),
     default_dataset="synthetic-vqa",
+    report=report.report,
+    report_stages=("prompts",),
 ))
