@@ -193,6 +193,9 @@ def test_run_cp_ln_picks_the_length_normalised_argmax_and_resumes(tiny_vlm, synt
     again = fbs.run_cp_ln(tiny_vlm, qs, ResultStore(tmp_path / "cp", config={"study": "format-bias", "stage": "cp_ln"}),
                           progress=False)
     assert len(again) == len(cp) and sorted((tmp_path / "cp" / "parts").glob("*.parquet")) == parts
+    # the wrapper runs the stage as run_study does: the model's identity pinned, its provenance recorded
+    info = ResultStore(tmp_path / "cp").config["run_info"]
+    assert info["provenance"]["tiny-vlm"]["model_spec"] == "tiny-vlm" and "tiny-vlm" in info["model_identity"]
     sc = fbs.cp_ln_scores(cp)
     assert sc.accuracy.iloc[0] == pytest.approx(100 * pred.correct.mean()) and sc.complexity.iloc[0] == len(cp)
 

@@ -430,6 +430,14 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     return run
 
 
+def run_stage(task: StageTask, model: MLLM, units: list, store: ResultStore, shard: "Shard | str | None" = None,
+              dataset: str | None = None) -> None:
+    """One stage's ``task`` on a loaded model into a given ``store``, as :func:`run_study` runs it: the model's
+    identity pinned and its provenance recorded first (the path of the studies' wrappers that take a store)."""
+    _pin_model(store, spec_of(model), model, dataset, {})
+    task(model, units, store, shard)
+
+
 def tag(study: Study, stage: Stage) -> dict[str, str]:
     """What every store's config says it holds: ``{"study": <study name>, "stage": <stage tag>}`` - the one name
     the report, the budget, ``merge`` and the analyses read it by."""

@@ -17,7 +17,8 @@ from mmfragile.runner import EvalItem, exact_match_score
 from mmfragile.schema import DataError, MCQuestion, skip_or_raise
 from mmfragile.shards import Shard
 from mmfragile.store import ResultStore
-from mmfragile.study import Param, RunContext, Stage, StageTask, Study, stored_keys, csv_list, register
+from mmfragile.study import (Param, RunContext, Stage, StageTask, Study, csv_list, register, run_stage,
+                             stored_keys)
 from mmfragile.studies.format_bias.analysis import run_config, run_info, video_settings
 from mmfragile.studies.format_bias import budget, report
 from mmfragile.studies.format_bias.items import STANDARD_FORMAT_COLUMN, format_bias_items, standard_formats_for
@@ -168,8 +169,9 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, *,
         raise ValueError("a budgeted run chooses its cells over the whole grid: run it without --shard")
     store.add_skipped_rows(run_info(questions, [])["skipped_rows"])
     before, t0 = stored_keys(store), time.perf_counter()
-    StageTask("format-bias", "grid", tuple(sorted(STUDY.resolve(params).items())), budget, adaptive, budget_seed,
-              progress=progress)(model, questions.to_dict("records"), store, shard)
+    task = StageTask("format-bias", "grid", tuple(sorted(STUDY.resolve(params).items())), budget, adaptive,
+                     budget_seed, progress=progress)
+    run_stage(task, model, questions.to_dict("records"), store, shard, _dataset_name(questions))
     dt = time.perf_counter() - t0
     new = stored_keys(store) - before
     n_q = len({k[:2] for k in new})
@@ -179,11 +181,16 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, *,
     return store.read(), timing
 
 
+def _dataset_name(questions: pd.DataFrame) -> str | None:
+    """The dataset the provenance names: the spec the table was loaded from (None for a table made by hand)."""
+    return questions.attrs.get("spec")
+
+
 def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, *, progress: bool = True,
               shard: Shard | str | None = None, **params: Any) -> pd.DataFrame:
     """The CP-LN stage on a question table into ``store`` (one row per question x option: ``option,
     option_text, logprob, n_tokens, mean_logprob, answer, n_options, category, modality``); resumable."""
     store.add_skipped_rows(run_info(questions, [])["skipped_rows"])
-    StageTask("format-bias", "cp_ln", tuple(sorted(STUDY.resolve(params).items())), progress=progress)(
-        model, questions.to_dict("records"), store, shard)
+    task = StageTask("format-bias", "cp_ln", tuple(sorted(STUDY.resolve(params).items())), progress=progress)
+    run_stage(task, model, questions.to_dict("records"), store, shard, _dataset_name(questions))
     return store.read()

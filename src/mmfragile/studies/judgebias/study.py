@@ -25,7 +25,7 @@ from mmfragile.models.spec import ModelSpec
 from mmfragile.runner import EvalItem, ScoreFn
 from mmfragile.shards import Shard, question_group
 from mmfragile.store import ResultStore
-from mmfragile.study import Param, RunContext, Stage, StageTask, Study, csv_list, register
+from mmfragile.study import Param, RunContext, Stage, StageTask, Study, csv_list, register, run_stage
 from mmfragile.studies.judgebias.analysis import bias_table, parse_failure_table
 from mmfragile.studies.judgebias.items import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
                                                EXPERIMENTS, JudgeRunReport, PairItem, build_judge_conditions, can_take,
@@ -327,8 +327,8 @@ def run_judge(judge: MLLM, conditions: Sequence[tuple[str, JudgeSample]], store:
     p = STUDY.resolve({**params, "runs": runs, "prompt_variants": [variant], "max_new_tokens": max_new_tokens})
     check_decoding(p["decoding"], runs)
     before = len(store)
-    StageTask("judge", "scores", tuple(sorted(p.items())), progress=progress, stop_after=stop_after)(
-        judge, list(conditions), store, shard)
+    run_stage(StageTask("judge", "scores", tuple(sorted(p.items())), progress=progress, stop_after=stop_after),
+              judge, list(conditions), store, shard)
     report = _report(store, judge.name, variant, False, len(store) - before)
     report.skipped = [(c, s.sample_id, "text-only judge; the input has an image") for c, s in conditions
                       if not can_take(judge, len(s.images))]
@@ -343,7 +343,8 @@ def run_pairwise(judge: MLLM, pairs: Sequence[PairItem], store: ResultStore, run
     p = STUDY.resolve({**params, "runs": runs, "pairwise_max_new_tokens": max_new_tokens})
     check_decoding(p["decoding"], runs)
     before = len(store)
-    StageTask("judge", "pairwise", tuple(sorted(p.items())), progress=progress)(judge, list(pairs), store, shard)
+    run_stage(StageTask("judge", "pairwise", tuple(sorted(p.items())), progress=progress), judge, list(pairs), store,
+              shard)
     report = _report(store, judge.name, "pairwise", True, len(store) - before)
     report.skipped = [(it.experiment, it.sample_id, "text-only judge; the input has an image") for it in pairs
                       if not can_take(judge, len(it.images))]
@@ -357,7 +358,7 @@ def generate_responses(generator: MLLM, samples: Sequence[JudgeSample], store: R
     new unbiased samples ``<item_id>@<generator>`` of dataset ``<dataset>-selfgen`` (:func:`selfgen_sample`)."""
     p = STUDY.resolve({"generator_max_new_tokens": max_new_tokens})
     sources = selfgen_samples(samples)
-    StageTask("judge", "responses", tuple(sorted(p.items())), progress=progress)(generator, sources, store, None)
+    run_stage(StageTask("judge", "responses", tuple(sorted(p.items())), progress=progress), generator, sources, store)
     rows = store.read()
     got = {str(q): r for m, q, r in zip(rows["model"], rows["question_id"], rows["response"]) if m == generator.name}
     return [selfgen_sample(s, got[str(s.meta.get("item_id", s.sample_id))], generator.name) for s in sources
