@@ -225,6 +225,7 @@ def _provenance(results: list[dict], files: list[Path]) -> dict[str, Any]:
     return {"harness": HARNESS, "harness_version": str(results[0].get("lmms_eval_version", "not recorded"))
             if results else "not recorded: no results.json",
             "harness_model": str(cfg.get("model", "not recorded")),
+            "harness_model_backend": str(cfg.get("model_backend", "not recorded")),
             "model_args": str(cfg.get("model_args", "not recorded")),
             "results_json": [str(r["path"]) for r in results], "sample_logs": [str(f) for f in files]}
 
