@@ -52,9 +52,21 @@ def test_imported_config_is_the_native_one(tmp_path):
     prov = cfg["run_info"]["provenance"]["zoo-gemma3-good"]
     assert prov["harness"] == "lmms-eval" and prov["harness_model"] == "llava_hf"
     assert "device_map=cpu" in prov["model_args"]
-    # the manifest declares the whole export: the cut log is 16 of the exported rows
+    assert store.check().complete and len(store) == 16
+
+
+def test_a_request_the_run_left_out_is_missing_in_the_manifest(tmp_path):
+    run = _copy_run(tmp_path)
+    log = _one_log(run)
+    lines = log.read_text().splitlines(True)
+    log.write_text("".join(lines[:3] + lines[4:]))  # doc_id 3 of the standard task not run (e.g. --limit)
+    store = import_lmms_eval([run], tmp_path / "store", export=RUN / "export")
     check = store.check()
-    assert check.missing and len(store) == 16
+    assert len(store) == 15 and not check.complete
+    row = json.loads((RUN / "export" / "data" / "mmfragile_format_bias_easy_vqa_standard.jsonl").read_text()
+                     .splitlines()[3])
+    assert check.missing.astype(str).values.tolist() == [["zoo-gemma3-good", "easy-vqa", row["question_id"],
+                                                          row["variant"]]]
 
 
 def test_report_reads_the_imported_store(tmp_path):

@@ -57,11 +57,13 @@ class StudyGrid:
     items: list[EvalItem]
     config: dict[str, Any]
     run_info: dict[str, Any]
+    provenance: dict[str, Any]
 
 
 def study_grid(study: str, model: str, dataset: str, n: int | None, params: Mapping[str, Any]) -> StudyGrid:
     """The items ``run_study(study, model, dataset, n=n, **params)`` would evaluate in its grid stage."""
     from mmfragile.models.spec import as_spec
+    from mmfragile.provenance import run_provenance
     from mmfragile.study import RunContext, get_study
 
     st = get_study(study)
@@ -75,7 +77,8 @@ def study_grid(study: str, model: str, dataset: str, n: int | None, params: Mapp
         if it.request != "generate" or it.prompt.system or it.prompt.assistant_prefix:
             raise ValueError(f"{study}: item {it.key['variant']} needs a system prompt, assistant prefix or a "
                              "non-generate request, which a harness' task cannot express")
-    return StudyGrid(st.name, stage, resolved, spec.name, items, stage.config(ctx), dict(ctx.run_info))
+    return StudyGrid(st.name, stage, resolved, spec.name, items, stage.config(ctx), dict(ctx.run_info),
+                     run_provenance(str(spec), spec.checkpoint_dir(), dataset))
 
 
 def item_row(item: EvalItem) -> dict[str, Any]:
@@ -128,7 +131,8 @@ def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[t
     store = ResultStore(out, config=config, run_info=manifest["run_info"] or None)
     if len(store):
         raise HarnessError(f"{out}: the store already holds {len(store)} rows; import into a new folder")
-    store.merge_run_info("provenance", {model: dict(provenance)})
+    # the checkpoint and dataset hashes of the export's model, then what the harness ran
+    store.merge_run_info("provenance", {model: {**manifest.get("provenance", {}), **provenance}})
     rows = []
     for row, raw in scored:
         it = row_item(row)

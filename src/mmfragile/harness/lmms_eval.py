@@ -132,7 +132,7 @@ def export_lmms_eval(study: str, model: str, dataset: str, out: str | Path, n: i
     (out / "utils.py").write_text(UTILS)
     manifest = {"harness": HARNESS, "study": grid.study, "stage": grid.stage.name, "model": grid.model,
                 "dataset": dataset, "n": n, "params": _jsonable(grid.params), "config": grid.config,
-                "run_info": grid.run_info, "group": group, "tasks": tasks}
+                "run_info": grid.run_info, "provenance": grid.provenance, "group": group, "tasks": tasks}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
 
