@@ -112,12 +112,31 @@ def test_duplicate_doc_id_is_an_error(tmp_path):
         import_lmms_eval([run], tmp_path / "store", export=RUN / "export")
 
 
+def _point_results_at(run: Path, export: Path) -> None:
+    """Rewrite results.json's data-file paths (the recording machine's /tmp) to ``export/data``."""
+    res = next(run.rglob("*_results.json"))
+    doc = json.loads(res.read_text())
+    for cfg in doc["configs"].values():
+        test = Path(cfg["dataset_kwargs"]["data_files"]["test"])
+        cfg["dataset_kwargs"]["data_files"]["test"] = str(export / "data" / test.name)
+    res.write_text(json.dumps(doc))
+
+
+def test_import_finds_the_export_from_results_json(tmp_path, capsys):
+    run, export = _copy_run(tmp_path), tmp_path / "export"
+    shutil.copytree(RUN / "export", export)
+    _point_results_at(run, export)
+    assert main(["import", "lmms-eval", str(run), "--out", str(tmp_path / "store")]) == 0
+    assert "16 rows stored, 16 expected by the manifests - COMPLETE" in capsys.readouterr().out
+
+
 def test_import_without_export_folder_names_what_to_pass(tmp_path, capsys):
-    # the committed results.json names data files under the recording machine's /tmp: not there now
-    rc = main(["import", "lmms-eval", str(RUN / "run"), "--out", str(tmp_path / "store")])
+    run = _copy_run(tmp_path)
+    _point_results_at(run, tmp_path / "moved")
+    rc = main(["import", "lmms-eval", str(run), "--out", str(tmp_path / "store")])
     assert rc == 2
     err = capsys.readouterr().err
-    assert "--export DIR" in err and err.count("\n") == 1
+    assert "--export DIR" in err and "_samples_mmfragile_format_bias" in err and err.count("\n") == 1
 
 
 def test_export_writes_the_task_group(tmp_path):
