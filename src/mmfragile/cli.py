@@ -234,10 +234,10 @@ def _add_export_args(sub) -> None:
     """``export lmms-eval``: a study's grid as an lmms-eval task group (mmfragile.harness.lmms_eval)."""
     ex = sub.add_parser("export", help="a study's grid as another harness' tasks (lmms-eval)")
     harness = ex.add_subparsers(dest="harness", required=True)
-    p = harness.add_parser("lmms-eval", help="an lmms-eval task group: run it with lmms_eval --include_path OUT",
+    p = harness.add_parser("lmms-eval", help="an lmms-eval task group: run it with lmms-eval --include_path OUT",
                            description="Write an lmms-eval task group of a study's grid (one task per prompt "
                                        "variant, circular shifts as rows, mmfragile's keys in the data files, "
-                                       "mmfragile's scoring in utils.py); run it with `lmms_eval --include_path "
+                                       "mmfragile's scoring in utils.py); run it with `lmms-eval --include_path "
                                        "OUT --tasks GROUP --log_samples --output_path RUN`, read it back with "
                                        "`mmfragile import lmms-eval RUN --out STORE` (docs/harnesses.md).")
     p.add_argument("--study", default="format-bias", choices=["format-bias"], help="the study (default format-bias)")
@@ -264,7 +264,7 @@ def _export(a: argparse.Namespace) -> int:
         return 2
     rows = sum(t["rows"] for t in man["tasks"].values())
     print(f"{a.out}: group {man['group']}, {len(man['tasks'])} tasks, {rows} requests\n"
-          f"run: lmms_eval --model llava_hf --model_args pretrained=CHECKPOINT,device_map=cpu --include_path "
+          f"run: lmms-eval --model llava_hf --model_args pretrained=CHECKPOINT,device_map=cpu --include_path "
           f"{a.out} --tasks {man['group']} --log_samples --output_path RUN_DIR")
     return 0
 

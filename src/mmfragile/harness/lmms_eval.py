@@ -1,6 +1,6 @@
 """lmms-eval bridge: a study's grid as an lmms-eval task group, and lmms-eval's sample logs back as a result store.
 
-Export (:func:`export_lmms_eval`) writes into one folder, run with ``lmms_eval --include_path DIR --tasks GROUP``:
+Export (:func:`export_lmms_eval`) writes one folder, run with ``lmms-eval --include_path DIR --tasks GROUP``:
 
 * ``GROUP.yaml`` - the group, one task per prompt variant (format) and answer budget;
 * ``TASK.yaml`` - lmms-eval's task config (``dataset_path: json`` over the task's data file, greedy
