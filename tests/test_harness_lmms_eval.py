@@ -169,6 +169,21 @@ def test_export_writes_the_task_group(tmp_path):
     assert str(out / "data") in task_yaml  # an absolute data file path: runs from any working directory
 
 
+def test_a_longer_answer_budget_gets_its_own_task(tmp_path, monkeypatch):
+    """lmms-eval's generation settings are per task: a variant whose IDs take 2 tokens (here: counted as characters,
+    so roman "II" is 2 and "A" is 1) is a task of its own with max_new_tokens 2 (the eos trap, docs/harnesses.md)."""
+    from mmfragile.harness import common
+    from mmfragile.harness.lmms_eval import export_lmms_eval
+
+    monkeypatch.setattr(common.TokenBudget, "max_id_tokens", lambda self, ids: max(len(i) for i in ids))
+    man = export_lmms_eval("format-bias", "zoo-gemma3-good", "easy-vqa", tmp_path, n=2,
+                           formats=["uppercase-dot-comma", "roman-dot-comma"], standard_format="none")
+    group = "mmfragile_format_bias_easy_vqa"
+    assert {t: v["max_new_tokens"] for t, v in man["tasks"].items()} == {
+        f"{group}_uppercase_dot_comma": 1, f"{group}_roman_dot_comma_t2": 2}
+    assert "  max_new_tokens: 2\n" in (tmp_path / f"{group}_roman_dot_comma_t2.yaml").read_text()
+
+
 def test_export_bad_format_is_one_line_before_any_model(tmp_path, capsys):
     rc = main(["export", "lmms-eval", "--model", "zoo-gemma3-good", "--formats", "uppercase-paren-comma",
                "--out", str(tmp_path / "x")])
