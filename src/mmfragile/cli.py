@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning  # one line each
             return _main(argv)
+    except SystemExit as e:  # argparse: --help (0) or a mistake in the arguments, already said (2)
+        return e.code if isinstance(e.code, int) else int(e.code is not None) * 2
     except KeyboardInterrupt as e:
         print("\ninterrupted", file=sys.stderr)
         return _interrupt_code(e)
