@@ -145,10 +145,11 @@ class ModelSpec:
                              "scripts/install_vllm.sh and run mmfragile from it")
         folder = None if self.backend == "openai" or self.kind in ("embedded", "zoo") else self._local_folder()
         config = {}
-        if folder is not None:
+        if folder is not None and "gguf_file" not in self.options:  # a GGUF file holds config, weights, tokenizer
             from mmfragile.models.hf import check_checkpoint
 
-            config = check_checkpoint(folder, trust_remote_code=bool(self.options.get("trust_remote_code")))
+            config = check_checkpoint(folder / str(self.options.get("subfolder") or ""),
+                                      trust_remote_code=bool(self.options.get("trust_remote_code")))
         self._check_options(config)
 
     def accepted_options(self) -> dict[str, list[str]]:
