@@ -204,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
             return _main(argv)
     except SystemExit as e:  # argparse: --help (0) or a mistake in the arguments, already said (2)
         return e.code if isinstance(e.code, int) else int(e.code is not None) * 2
+    except BrokenPipeError:  # output piped into `head`: nothing more to say (Python docs, "Note on SIGPIPE")
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt as e:
         print("\ninterrupted", file=sys.stderr)
         return _interrupt_code(e)
