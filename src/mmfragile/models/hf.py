@@ -142,8 +142,9 @@ def check_checkpoint(path: str | Path, trust_remote_code: bool = False) -> dict:
                              f"{transformers.__version__}; supported families: {', '.join(sorted(ADAPTERS))} (others "
                              "that transformers knows run without the prefix-sharing engine)")
         if not trust_remote_code:
-            raise UsageError(f"{folder}: this checkpoint ships its own model code (config.json auto_map); pass "
-                             "--model-args trust_remote_code=true if you trust that code")
+            raise UsageError(f"{folder}: this checkpoint ships its own model code (config.json auto_map); load it "
+                             "with --model-args trust_remote_code=true (load_model(path, trust_remote_code=True)) if "
+                             "you trust that code")
     if remote and trust_remote_code:
         return config  # its own code decides which files it reads
     if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
