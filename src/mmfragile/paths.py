@@ -115,3 +115,20 @@ def safe_name(name: str) -> str:
     """``name`` usable as one path component and in keys (model / dataset names in store and figure paths,
     self-generated sample ids)."""
     return re.sub(r"[^A-Za-z0-9@._=+-]+", "_", str(name)).strip("_") or "_"
+
+
+def check_writable_folder(path: str | Path, what: str = "--out") -> None:
+    """A folder that is there or can be made, and written in - checked without leaving anything behind:
+    :class:`~mmfragile.errors.UsageError` naming ``what`` and the file in the way or the folder that refuses."""
+    import tempfile
+
+    from mmfragile.errors import UsageError
+
+    folder = Path(path).expanduser()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{what} {path}: {existing} is a file, not a folder")
+    try:
+        tempfile.TemporaryDirectory(dir=existing).cleanup()
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot write in {existing} ({e.strerror or e})") from None

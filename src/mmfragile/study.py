@@ -149,7 +149,7 @@ class Stage:
     budget: BudgetGrid | None = None
     models: Callable[[RunContext], list[ModelSpec]] | None = None
     run_kw: Callable[[dict], dict] = lambda params: {}
-    unit: str = "q"
+    unit: str = "prompt"   # what one item is (the progress bar counts items): prompt, option, judgment ...
 
     @property
     def tag(self) -> str:
@@ -335,6 +335,35 @@ class StudyRun:
     def summary(self) -> dict[str, pd.DataFrame]:
         return self.study.summarize(self.stores)
 
+    def outcome(self) -> pd.DataFrame:
+        """One row per store written: ``store`` (folder), ``stages``, ``rows`` (stored now), ``new`` (by this run),
+        ``already`` (there before: resumed), ``skipped`` (bad input rows left out) and ``coverage`` (% of rows with
+        ``covered``; NaN where the stage has no such column)."""
+        rows: dict[Path, dict] = {}
+        for stage, store in self.stores.items():
+            r = rows.setdefault(store.root, {"store": store.root, "stages": [], "rows": len(store), "new": 0,
+                                             "skipped": len(store.config.get("run_info", {}).get("skipped_rows", [])),
+                                             "coverage": _coverage(store)})
+            r["stages"].append(stage)
+            r["new"] += self.new_rows.get(stage, 0)
+        out = pd.DataFrame(list(rows.values()), columns=["store", "stages", "rows", "new", "skipped", "coverage"])
+        out.insert(4, "already", out["rows"] - out["new"])
+        return out
+
+
+def _coverage(store: ResultStore) -> float:
+    """% of the store's rows whose answer was one of the options (NaN without a ``covered`` column)."""
+    import pyarrow.parquet as pq
+
+    parts = sorted(store.parts.glob("*.parquet"))
+    try:  # a stage's parts share their columns; reading a column a part lacks would quarantine that part
+        if not parts or "covered" not in pq.read_schema(parts[0]).names:
+            return float("nan")
+    except (OSError, ValueError):
+        return float("nan")
+    covered = store.read(columns=["covered"])["covered"]
+    return float("nan") if covered.isna().all() else float(covered.astype(float).mean() * 100)
+
 
 class _Models:
     """Models of one run, each loaded once (a loaded model may be passed in for its spec)."""
@@ -395,7 +424,9 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
             raise ValueError("give out= (the study's results folder) or results_dir=")
         out = study.folder(results_dir, name, dataset)
     ctx = RunContext(study, spec, name, dataset, n, Path(out), study.resolve(params), budget=budget, table=table)
+    _preflight(ctx, loaded)
     ctx.data = study.load(ctx)
+    _warn_short(ctx)
     load_model = models or _Models(loaded, spec)
     run = StudyRun(study, name, ctx.folder, ctx.data)
     provenance: dict[str, dict] = {}   # per model spec, computed once
@@ -456,6 +487,27 @@ def _pin_model(store: ResultStore, spec: ModelSpec, loaded: MLLM | None, dataset
     store.pin_model(spec.name, model_identity(spec, prov["checkpoint_sha256"]))
     if spec.name not in ((store.config.get("run_info") or {}).get("provenance") or {}):
         store.merge_run_info("provenance", {spec.name: prov})
+
+
+def _preflight(ctx: RunContext, loaded: MLLM | None) -> None:
+    """The mistakes a run can see before it reads data or loads a model (:class:`~mmfragile.errors.UsageError`)."""
+    from mmfragile.errors import UsageError
+    from mmfragile.paths import check_writable_folder
+
+    if ctx.n is not None and ctx.n < 1:
+        raise UsageError(f"--n (n=) must be 1 or more, got {ctx.n}; leave it out to run every question")
+    if loaded is None:
+        ctx.model.check()
+    check_writable_folder(ctx.folder)
+
+
+def _warn_short(ctx: RunContext) -> None:
+    """Say so where ``n`` asks for more questions than the dataset has."""
+    if ctx.n is not None and isinstance(ctx.data, pd.DataFrame) and len(ctx.data) < ctx.n:
+        import warnings
+
+        warnings.warn(f"--n {ctx.n} but the dataset has {len(ctx.data)} questions: running {len(ctx.data)}",
+                      stacklevel=3)
 
 
 def _provenance(spec: ModelSpec, loaded: MLLM | None, dataset: str | None) -> dict[str, Any]:

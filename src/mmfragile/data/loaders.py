@@ -104,6 +104,7 @@ from typing import Any, Callable, Iterator
 
 import pandas as pd
 
+from mmfragile.errors import row_error
 from mmfragile.paths import cache_dir
 from mmfragile.schema import QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question
 from mmfragile.data.images import REFERENCE_MAX_CHARS, _looks_like_path, check_image_bytes, decode_base64, image_field
@@ -132,7 +133,7 @@ class _Collector:
             yield
         except DataError as e:
             if not self.skip_bad_rows:
-                raise
+                raise row_error(e, file, row)
             self.skipped.append({"file": str(file), "row": int(row), "reason": str(e)})
 
     def add(self, q: MCQuestion, file: str | Path, row: int, where: str, **extra: Any) -> None:

@@ -56,7 +56,7 @@ import numpy as np
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from mmfragile.data.images import store_image_bytes
-from mmfragile.schema import DataError, check_image
+from mmfragile.schema import DataError, check_image, row_error
 from mmfragile.studies.judgebias.catalog import UNPERTURBED
 
 __all__ = ["make_judge_set", "make_easy_vqa_judge_set", "EASY_VQA_JUDGE_DATASET", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS",
@@ -733,7 +733,7 @@ def load_judge_dir(path: str | Path, *, images_dir: str | Path | None = None, lo
                                         f"{s.perturbation!r} (first seen at {seen[key]})")
             except DataError as e:
                 if skipped is None:
-                    raise
+                    raise row_error(e, f, int(row))
                 skipped.append({"file": str(f), "row": int(row), "reason": str(e)})
                 continue
             for s in new:
