@@ -81,3 +81,11 @@ def test_its_section_in_the_report_holds_its_numbers(full, tmp_path):
         key = f"{oo.NAME}/tiny-vlm/easy-vqa/{s}/accuracy"
         assert rep.metrics[key] == pytest.approx(100 * g["correct"].astype(float).mean())
     assert not any("not summarised" in n for n in rep.notes)
+
+
+def test_its_own_error_is_one_line_from_the_cli_before_the_model_loads(tmp_path, capsys):
+    """The study declares NoSuchFormat -> its message; the CLI imports no study to print it."""
+    assert main([*ARGS, "--out", str(tmp_path / "e"), "--format", "nonsense"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"error: --format nonsense: not one of the 48 formats (e.g. {oo.FORMAT})"
+    assert not (tmp_path / "e" / "parts").exists()

@@ -11,7 +11,7 @@ import mmfragile
 ROOT = Path(mmfragile.__file__).parent
 #: the core: what every study runs on; studies import it, never the other way round
 CORE = ("schema", "store", "shards", "runner", "engine", "extraction", "faults", "paths", "figures", "models",
-        "data", "study", "report", "budget")
+        "data", "study", "report", "budget", "cli")
 
 
 def module_graph() -> dict[str, set[str]]:

@@ -41,6 +41,8 @@ BUILTIN = {
 }
 #: other names a study answers to (the CLI's older commands)
 ALIASES = {"formats": "format-bias", "judgebias": "judge", "mm-judgebias": "judge"}
+#: the CLI's top-level shortcuts for ``run <study>`` (``mmfragile formats`` = ``mmfragile run format-bias``)
+SHORTCUTS = ("formats", "promptception", "judge")
 _REGISTRY: dict[str, "Study"] = {}
 
 
@@ -187,6 +189,10 @@ class Study:
     report_stages: tuple[str, ...] = ()
     errors: Mapping[type, Callable[[BaseException], str]] = field(default_factory=dict)
 
+    def error_line(self, exc: BaseException) -> str | None:
+        """The study's one-line message for ``exc`` (its ``errors``), or None."""
+        return next((message(exc) for kind, message in self.errors.items() if isinstance(exc, kind)), None)
+
     def stage(self, name: str) -> Stage:
         for s in self.stages:
             if s.name == name:
@@ -241,15 +247,6 @@ def budget_grid(study: "str | Study", stage: str | None = None) -> BudgetGrid:
         raise ValueError(f"study {st.name!r} has no grid a budget can sample (stage {stage or 'any'}); "
                          f"studies with one: {have}")
     return grids[0].budget
-
-
-def error_hint(exc: BaseException) -> str | None:
-    """The one-line message a loaded study gives for ``exc`` (its ``errors``), or None."""
-    for st in list(_REGISTRY.values()):
-        for kind, message in st.errors.items():
-            if isinstance(exc, kind):
-                return message(exc)
-    return None
 
 
 def store_stage(config: Mapping[str, Any], where: Any = "store") -> tuple[Study, str]:
