@@ -8,7 +8,6 @@ import math
 import zlib
 
 import pandas as pd
-import pytest
 
 from mmfragile.extraction import extract_answer
 from mmfragile.models.base import MLLM

@@ -40,9 +40,6 @@ LEVEL = 0.95
 #: posterior draws of budgeted estimates (metrics.budget.estimate)
 BUDGET_DRAWS = 200
 BUDGET_LEVEL = 0.9
-STATS = ("mean", "median", "q25", "q75", "iqr", "worst5", "min", "max", "spread")
-STAT_LABELS = {"mean": "mean", "median": "median", "q25": "25th pct", "q75": "75th pct", "iqr": "IQR",
-               "worst5": "worst 5 %", "min": "min", "max": "max", "spread": "spread (max-min)"}
 NOT_RECORDED = "not recorded"
 
 
