@@ -57,11 +57,11 @@ def pending_answers(answers: pd.DataFrame, questions: pd.DataFrame, answer_model
     if answers.empty or "extraction_stage" not in answers.columns:
         return []
     rows = answers[(answers.extraction_stage == PENDING) & (answers.model == answer_model)]
-    records = {(r["dataset"], r["question_id"]): r for r in questions.to_dict("records")}
+    records = {(str(r["dataset"]), str(r["question_id"])): r for r in questions.to_dict("records")}
     return [{"dataset": a.dataset, "question_id": a.question_id, "variant": a.variant, "prompt_id": a.prompt_id,
              "answer_model": answer_model, "response": a.raw_output, "answer_id": a.answer_id,
-             "model_kind": model_kind, "question": records[(a.dataset, a.question_id)]}
-            for a in rows.itertuples(index=False) if (a.dataset, a.question_id) in records]
+             "model_kind": model_kind, "question": records[(str(a.dataset), str(a.question_id))]}
+            for a in rows.itertuples(index=False) if (str(a.dataset), str(a.question_id)) in records]
 
 
 def extraction_items(units: list[dict[str, Any]], refusals: bool,
