@@ -3,6 +3,9 @@ complete-grid values, the designs' balance / nesting / determinism, the simulati
 budgeted runs through the real engine (tiny-vlm) and the 5 % target on the committed embedded grid."""
 from __future__ import annotations
 
+import contextlib
+import io
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -260,3 +263,84 @@ def test_promptception_budget_from_the_cli_and_the_api_is_the_same_design(tmp_pa
     assert sorted(map(tuple, cli_rows[key].values)) == sorted(map(tuple, api.table()[key].values))
     assert main([*args, "--out", str(tmp_path / "cli"), "--budget", "0.5"]) == 0     # budgets nest
     assert len(ResultStore(tmp_path / "cli").read()) == round(0.5 * n_cells)
+
+
+@pytest.mark.parametrize("outcome", [0.0, 1.0])
+def test_observations_that_all_agree_give_the_observed_value(outcome):
+    """Every observed cell wrong (right): the estimate of every format and statistic is the observed 0 % (100 %),
+    not the fit's prior (its pseudo-count put every unobserved cell near 0.5 / (n + 1), i.e. ~1 %); the interval
+    keeps the observed value, is not a point (the draws), and is at most twice the rule-of-three bound 3 / n."""
+    g = _grid(8)
+    mask = np.zeros(len(g), bool)
+    mask[bd.stratified_order(g, bd.FORMAT_BIAS, int(0.05 * len(g)), seed=0)] = True
+    est = bd.estimate(bv.hide(g.assign(correct=outcome), mask), bd.FORMAT_BIAS, n_draws=200)
+    n_obs = int(mask.sum())
+    assert est.budget["n_observed"].iloc[0] == n_obs == 76
+    assert (est.units["estimate"] == 100 * outcome).all() and (est.summary["estimate"] == 100 * outcome).all()
+    mean = est.summary.set_index("statistic").loc["mean"]
+    near, far = (mean["lo"], mean["hi"]) if outcome == 0 else (100 - mean["hi"], 100 - mean["lo"])
+    assert near == 0 and 0 < far <= 2 * 100 * 3 / n_obs
+    assert ((est.units["lo"] <= 100 * outcome) & (100 * outcome <= est.units["hi"])).all()
+    assert est.budget["note"].iloc[0].startswith(f"all {n_obs} observed cells {'right' if outcome else 'wrong'}")
+
+
+def _printed_table(out: str, header: list[str]) -> pd.DataFrame:
+    """The console table whose column line starts with ``header`` (whitespace-separated; only its last column may
+    hold spaces), up to the next heading or column line."""
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    start = next(i for i, ln in enumerate(lines) if ln.split()[:len(header)] == header)
+    head = lines[start].split()
+    body = []
+    for ln in lines[start + 1:]:
+        row = ln.split(None, len(head) - 1)
+        if ln.startswith("#") or len(row) != len(head):
+            break
+        body.append(row)
+    return pd.DataFrame(body, columns=head)
+
+
+BUDGET_HEADER, ESTIMATE_HEADER = ["dataset", "model", "n_cells"], ["model", "statistic", "estimate"]
+
+
+@pytest.fixture(scope="module")
+def budgeted_console(tmp_path_factory, tiny_vlm):
+    """A budgeted format-bias store on tiny-vlm (run_study, 10 % of 2 questions) and what `mmfragile run --budget`
+    prints for it (the run resumes: nothing left to run, only the tables)."""
+    from mmfragile.cli import main
+    from mmfragile.study import run_study
+
+    out = tmp_path_factory.mktemp("budgeted") / "fb"
+    run = run_study("format-bias", tiny_vlm, "synthetic-vqa", n=2, out=out, budget=0.1, progress=False)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["run", "format-bias", "--model", "tiny-vlm", "--dataset", "synthetic-vqa", "--n", "2", "--out",
+                     str(out), "--budget", "0.1", "--quiet"]) == 0
+    return out, buf.getvalue(), list(run.summary())
+
+
+def test_console_and_report_print_the_same_budget_estimate(budgeted_console, tiny_vlm, tmp_path):
+    """`mmfragile run --budget` and `mmfragile report` on one budgeted store print the same estimate - one function
+    (estimate_store), one level / draw count / seed: every statistic and interval end equal to display precision."""
+    from mmfragile.report import build_report, metric_key
+
+    out, printed, _ = budgeted_console
+    console = _printed_table(printed, ESTIMATE_HEADER)
+    rep = build_report([out], tmp_path / "report", n_boot=20)
+    prefix = metric_key("budget", "formats", tiny_vlm.name, "synthetic-vqa")
+    assert rep.metrics[f"{prefix}/n_observed"] == int(_printed_table(printed, BUDGET_HEADER)["n_observed"].iloc[0])
+    assert list(console["statistic"]) == list(bd.STATISTICS)
+    for row in console.itertuples():
+        for col, suffix in (("estimate", ""), ("lo", "/ci_low"), ("hi", "/ci_high")):
+            shown = float(getattr(row, col))
+            assert shown == pytest.approx(rep.metrics[f"{prefix}/{row.statistic}{suffix}"], abs=0.05 + 1e-9), (
+                row.statistic, col)
+
+
+def test_every_console_table_has_a_heading(budgeted_console):
+    """The study's summary tables, then the budget and the estimate: each under its own `# name` line."""
+    _, printed, summaries = budgeted_console
+    lines = [ln for ln in printed.splitlines() if ln.strip()]
+    headings = [(i, ln) for i, ln in enumerate(lines) if ln.startswith("# ")]
+    assert [ln.split()[1] for _, ln in headings] == [*summaries, "budget", "estimate"]
+    assert lines[headings[-2][0] + 1].split()[:3] == BUDGET_HEADER
+    assert lines[headings[-1][0] + 1].split()[:3] == ESTIMATE_HEADER

@@ -25,6 +25,9 @@ MACHINE_PATH = re.compile(r"file://|(?<![\w.~$-])/(?:tmp|var/tmp|root|home|Users
                           r"|\b[A-Z]:\\\\")
 
 SCANNED_SUFFIXES = {".txt", ".toml", ".yml", ".yaml", ".cfg", ".ini", ".sh", ".py", ".ipynb", ".json"}
+#: records another tool wrote on the machine it ran on, kept byte for byte: the importer must read them as written
+#: (lmms-eval's results.json names its --include_path and the checkpoint); nothing installs or runs from them
+RECORDED_RUNS = ("tests/data/lmms_eval_run/run/",)
 
 
 def tracked_files() -> list[Path]:
@@ -40,7 +43,7 @@ def scanned_files() -> list[Path]:
     files = []
     for f in tracked_files():
         rel = f.relative_to(REPO).as_posix()
-        if rel.startswith("figures/") or f == Path(__file__).resolve() or not f.is_file():
+        if rel.startswith(("figures/", *RECORDED_RUNS)) or f == Path(__file__).resolve() or not f.is_file():
             continue
         if f.suffix in SCANNED_SUFFIXES or rel in (".ci/run", "requirements.txt"):
             files.append(f)

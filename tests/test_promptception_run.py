@@ -304,3 +304,26 @@ def test_accuracy_frame_exclusion_and_zero_baselines():
 def test_figure_note_for():
     assert "RANDOM" in figure_note_for(["smollm2-vlm", "x"])
     assert figure_note_for(["/models/llava"]) is None
+
+
+class FakeAPI(FakeMLLM):
+    """A model built by hand that declares itself a remote chat API (no ``spec``)."""
+
+    name = "fake-api"
+    api = True
+    exact_option_logits = False
+
+
+def test_a_loaded_api_model_runs_and_records_the_proprietary_formats(synthetic, tmp_path):
+    """Appendix A: an API model gets the proprietary answer formats - and the store's config says what was sent."""
+    from mmfragile.study import run_study
+
+    model = FakeAPI(supports_images=True, fixed="Answer: A")
+    run = run_study("promptception", model, "synthetic-vqa", n=2, out=tmp_path / "run", prompt_ids=["1.1", "2.6"],
+                    n_frames=2, max_new_tokens=4, progress=False)
+    cfg = run.stores["prompts"].config
+    assert cfg["model_kind"] == "proprietary" and cfg["model"] == "fake-api"
+    assert cfg["run_info"]["model_identity"]["fake-api"]["backend"] == "openai"
+    sent = [p.text for p in model.prompts if "Here is the question" in p.text]        # the prompts of type 2.6
+    assert len(sent) == 2
+    assert all("Respond in the following format: ’Answer: " in t and "Respond only with" not in t for t in sent)

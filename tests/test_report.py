@@ -95,9 +95,9 @@ JUDGE_PERT = {"text_dominance": {"s0": 1, "s1": 6, "s2": 9},            # BD ter
               "visual_transformation": {"s0": 8, "s1": None, "s2": 9}}   # BC 1, (unparseable), 1 -> 1
 
 
-def _make_judge_store(root: Path) -> Path:
+def _make_judge_store(root: Path, orig: dict = JUDGE_ORIG, pert: dict = JUDGE_PERT) -> Path:
     rows = []
-    for pert, scores in [("original", JUDGE_ORIG), *JUDGE_PERT.items()]:
+    for pert, scores in [("original", orig), *pert.items()]:
         for sid, sc in scores.items():
             rows.append(dict(model="judge-a", dataset="synthetic-judge", question_id=sid, variant=f"{pert}|run0|original",
                              judge="judge-a", sample_id=sid, perturbation=pert, run=0, prompt_variant="original",
@@ -192,6 +192,80 @@ def test_prompt_numbers(built):
     assert m[f"{k}/mean"] == pytest.approx(62.5) and m[f"{k}/median"] == pytest.approx(75)
     assert m[f"{k}/spread"] == 100 and m[f"{k}/min"] == 0
     assert m[metric_key("coverage", "pmodel", "syn-mc", "category", 12)] == 0
+
+
+def _table_lines(md: str, title: str) -> list[str]:
+    """The markdown lines of the report table titled ``title`` (its header row first)."""
+    lines = md.splitlines()
+    i = lines.index(f"**{title}**")
+    out = []
+    for ln in lines[i + 2:]:
+        if not ln.startswith("|"):
+            break
+        out.append(ln)
+    return out
+
+
+def test_prompt_categories_are_named(built):
+    """Study 2's coverage table names the categories of Promptception's Table 1, and so does its collapse line
+    (category 12, where prompt 12.3 never yields a letter: 0 %)."""
+    from mmfragile.studies.promptception.metrics import CATEGORY_NAMES
+
+    md = built["report"].markdown.read_text()
+    header = _table_lines(md, "Answer extracted (%) by prompt category")[0]
+    assert [c.strip() for c in header.strip("|").split("|")][2:] == [f"{c} {CATEGORY_NAMES[c]}" for c in (1, 2, 5, 12)]
+    assert "pmodel / syn-mc: category 12 Answer Handling (0 %)" in md
+
+
+def _overlapping_texts(fig) -> list[tuple[str, str]]:
+    """Pairs of drawn texts of ``fig`` whose boxes overlap (titles, axis and tick labels, annotations)."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    shown = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
+             and (t.axes is None or t.axes.get_visible())]
+    boxes = [(t.get_text(), t.get_window_extent(r)) for t in shown]
+    return [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+
+
+def test_coverage_heatmap_titles_do_not_overlap_labels():
+    """The report's coverage heatmap (format_bias.plots.plot_coverage_heatmap): the figure title, each panel's
+    dataset title and the factor labels above the columns are drawn without overlapping any other text."""
+    import matplotlib.pyplot as plt
+
+    from mmfragile.studies.format_bias import plots as fbp
+
+    rows = pd.DataFrame(_fb_rows("good", pick=_good) + _fb_rows("first", pick=lambda q, s, f: 0))
+    grid = fbs.grid_rows(fbs.results_to_metrics_frame(rows, include_standard=True))
+    fig = fbp.plot_coverage_heatmap(fb.coverage_by_factor(fb.format_scores(grid)))
+    texts = {t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text"))}
+    assert {"syn", "Option IDs", "Option delimiter", "Option separator"} <= texts
+    assert _overlapping_texts(fig) == []
+    plt.close(fig)
+
+
+def test_no_best_format_advice_when_every_format_ties(tmp_path):
+    """A model right on every format (all 100 %): the report says that every format scores the same instead of
+    warning that the best format 'overstates the mean by 0.0 pp'; a model with a spread still gets the warning."""
+    for model, pick in (("tied", lambda q, s, f: (0 - s) % 3), ("spread", _good)):
+        st = ResultStore(fbs.store_dir(tmp_path / "s", model, "syn"), config=fbs.run_config(model, "syn", 4))
+        st.append(_fb_rows(model, pick=pick))
+    md = build_report([tmp_path / "s"], tmp_path / "out", n_boot=20).markdown.read_text()
+    how = {ln.split(" on ")[0]: ln for ln in md.splitlines() if ln.startswith(("tied on", "spread on"))}
+    assert "Do not quote the best" not in how["tied"] and "overstates" not in how["tied"]
+    assert "All 5 formats score the same here (to 0.1 pp): there is no best format to single out." in how["tied"]
+    assert "Do not quote the best format" in how["spread"]
+
+
+def test_no_chart_when_no_judgment_parsed(tmp_path):
+    """Every judge output unparseable: no BD / BC value, so no (empty) chart - the report says so instead."""
+    nothing = {"s0": None, "s1": None, "s2": None}
+    st = _make_judge_store(tmp_path / "j", orig=nothing, pert={p: nothing for p in JUDGE_PERT})
+    rep = build_report([st], tmp_path / "out", n_boot=20)
+    assert not any("judge-bias" in f for f in rep.figures)
+    assert "No judgment parsed for judge-a: no BD / BC to plot" in rep.markdown.read_text()
+    assert rep.metrics[metric_key("judge", "judge-a", "text_dominance", "value")] is None
 
 
 def test_judge_numbers(built):

@@ -168,3 +168,57 @@ def test_cp_ln_and_self_generation_by_shard(tmp_path, capsys):
     # the judge's own responses (image and text items), SmolLM2's (text items only: it cannot see) and the references
     assert set(sg.generator) == {"tiny-vlm", "smollm2", "reference"}
     assert set(sg[sg.generator == "smollm2"].modality) == {"text"}
+
+
+def test_merge_shard_folders_into_a_new_store_equals_one_run_and_fails_leaving_nothing(tmp_path, capsys,
+                                                                                     monkeypatch):
+    """`merge NEW S0 S1`: shards run into folders of their own come together in a new store equal to the
+    one-process run; a merge that fails (another configuration, another model under the name, a crash halfway)
+    leaves no NEW and no temporary folder behind."""
+    from mmfragile.store import ConfigMismatch
+
+    def run(out, *extra):
+        assert main(_args(out, "0/1")[:-2] + list(extra)) == 0
+
+    run(tmp_path / "one")
+    run(tmp_path / "s0", "--shard", "0/2")
+    run(tmp_path / "s1", "--shard", "1/2")
+    capsys.readouterr()
+    new = tmp_path / "merged"
+    assert main(["merge", str(new), str(tmp_path / "s0"), str(tmp_path / "s1")]) == 0
+    report = capsys.readouterr().out
+    one = ResultStore(tmp_path / "one").read()
+    assert f"{new}: {len(one)} rows stored, {len(one)} expected by the manifests - COMPLETE" in report
+    cols = KEY + ["raw_output", "correct", "covered", "selected_position", "answer_id"]
+    pd.testing.assert_frame_equal(_sorted(one, cols), _sorted(ResultStore(new).read(), cols))
+    info = ResultStore(new).config["run_info"]
+    assert info["model_identity"] == ResultStore(tmp_path / "one").config["run_info"]["model_identity"]
+    assert set(info["provenance"]) == {"tiny-vlm"}
+
+    def nothing_left(dest):
+        assert not dest.exists() and not list(tmp_path.glob(f".{dest.name}.*"))
+
+    run(tmp_path / "n4", "--shard", "1/2", "--n", "4")                      # another configuration
+    with pytest.raises(ConfigMismatch, match=r"s0's; .*differences \(s0, n4\): \{'n': \(3, 4\)\}"):
+        merge_stores(tmp_path / "bad", [tmp_path / "s0", tmp_path / "n4"])
+    nothing_left(tmp_path / "bad")
+    run(tmp_path / "bf16", "--shard", "1/2", "--model-args", "dtype=bfloat16")   # another model, same name
+    with pytest.raises(ConfigMismatch, match=r"bf16: its run_info.model_identity\['tiny-vlm'\] is hf:tiny-vlm dtype=bfloat16 \(checkpoint "
+                                               r".*the stores before it have hf:tiny-vlm \(checkpoint"):
+        merge_stores(tmp_path / "bad", [tmp_path / "s0", tmp_path / "bf16"])
+    nothing_left(tmp_path / "bad")
+    calls = []
+
+    def crash(self, rows):                                               # the disk fails on the second source
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError("simulated failure")
+        return real(self, rows)
+
+    real = ResultStore.append
+    monkeypatch.setattr(ResultStore, "append", crash)
+    with pytest.raises(OSError, match="simulated"):
+        merge_stores(tmp_path / "bad", [tmp_path / "s0", tmp_path / "s1"])
+    nothing_left(tmp_path / "bad")
+    monkeypatch.undo()
+    assert merge_stores(tmp_path / "bad", [tmp_path / "s0", tmp_path / "s1"]).complete   # the same merge again

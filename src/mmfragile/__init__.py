@@ -33,9 +33,14 @@ _LAZY = {
     "run_grid": "mmfragile.grid",
     "run_pipeline": "mmfragile.grid",
     "build_report": "mmfragile.report",
+    "load_judge_dataset": "mmfragile.studies.judgebias.data",
 }
 
 __all__ = sorted(_LAZY)
+
+
+def __dir__() -> list[str]:  # notebook completion: the lazy exports are no module globals until first use
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def __getattr__(name: str):  # lazy: `import mmfragile` stays cheap (no torch import)

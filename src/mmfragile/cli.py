@@ -12,11 +12,42 @@ Commands
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded models, the model zoo and data once (offline)
   report      a fragility report (report.html, report.md, report.json) of result stores of any study
+  export      a study's grid as another harness' tasks (export lmms-eval ...: an lmms-eval task group)
+  import      another harness' logs as a result store (import lmms-eval RUN_DIR... --out STORE)
 """
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import signal
 import sys
+import threading
+import warnings
+from pathlib import Path
+
+
+class _Parser(argparse.ArgumentParser):
+    """A mistake in the arguments is one line (``error: ...``, exit 2) saying where the help is."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread: a run stops as on Ctrl-C (its finished rows stored)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {_one_line(message)}", file=sys.stderr)
 
 
 def _parse_params(pairs: list[list[str]] | None) -> dict:
@@ -31,14 +62,16 @@ def _parse_params(pairs: list[list[str]] | None) -> dict:
 
 def _add_run_args(p: argparse.ArgumentParser, study) -> None:
     """The options of ``run <study>`` (and its alias): the runner's, then the study's own parameters."""
-    p.add_argument("--model", default=study.default_model,
+    p.add_argument("--model", default=None,
                    help="model spec: embedded / zoo name, checkpoint folder, cached model id, vllm:..., "
-                        "openai:<url>::<model> (mmfragile.models.spec)")
+                        f"openai:<url>::<model> (mmfragile.models.spec; default {study.default_model})")
     p.add_argument("--model-args", default=None, metavar="K=V,...",
-                   help="keyword arguments of the model's backend, e.g. max_pixels=1048576,trust_remote_code=true")
+                   help="keyword arguments of the model's backend, e.g. max_pixels=1048576,trust_remote_code=true; "
+                        "name=NEW names the model in stores and reports (a store holds one model per name: resuming "
+                        "with another checkpoint or output-changing argument is refused; docs/stores.md)")
     p.add_argument("--dataset", default=study.default_dataset,
                    help="dataset spec (python -m mmfragile benchmarks lists them)")
-    p.add_argument("--n", type=int, default=None, help="questions (default: all)")
+    p.add_argument("--n", type=int, default=None, help="questions, 1 or more (default: all)")
     p.add_argument("--out", required=True, help="results folder of the run (resumes if it exists)")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (0-based; e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT); all "
@@ -78,6 +111,10 @@ def _run(a: argparse.Namespace, study) -> int:
 
     params = {prm.name: getattr(a, prm.name) for prm in study.params}
     budget = getattr(a, "budget", None)
+    if a.model is None:  # say which model runs, before it runs
+        a.model = study.default_model
+        print(f"model: {a.model} (default; pass --model to choose)", file=sys.stderr)
+    before = _stored_rows(a.out)
     try:
         run = run_study(study, a.model, a.dataset, n=a.n, out=a.out, model_args=a.model_args, shard=a.shard,
                         workers=a.workers, ray_address=a.ray_address, tasks=a.tasks,
@@ -88,13 +125,15 @@ def _run(a: argparse.Namespace, study) -> int:
         print(f"error: {_no_standard_message(e)}", file=sys.stderr)
         return 2
     except DataError as e:  # bad input: say which file and row, and what to do about it
-        hint = "" if params.get("skip_bad_rows") else \
+        hint = "" if params.get("skip_bad_rows") or e.row is None else \
             "\n(--skip-bad-rows leaves bad rows out and lists them in config.json)"
-        print(f"error: {e}{hint}", file=sys.stderr)
+        print(f"error: {_one_line(e)}{hint}", file=sys.stderr)
         return 2
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        return _interrupted(e, a.out, before)
     skipped = next(iter(run.stores.values())).config.get("run_info", {}).get("skipped_rows", []) if run.stores else []
     if skipped:
         print(f"skipped {len(skipped)} bad row(s) (listed in {a.out}/config.json under run_info):", file=sys.stderr)
@@ -107,18 +146,98 @@ def _run(a: argparse.Namespace, study) -> int:
         print(f"# {name}")
         print(table.round(1).to_string(index=table.index.name is not None))
     if budget is not None:
-        from mmfragile.budget import estimate_store
+        from mmfragile.budget import estimate_store, estimate_tables
 
         for stage in study.stages:
-            if stage.budget and stage.name in run.stores:
-                est = estimate_store(run.stores[stage.name].read(), stage.budget)
-                print(est.budget.to_string(index=False))
-                print(est.summary.drop(columns=["dataset"]).round(2).to_string(index=False))
+            if stage.budget and stage.name in run.stores:  # the same numbers as `mmfragile report` on this store
+                for name, table in estimate_tables(estimate_store(run.stores[stage.name].read(), stage.budget)).items():
+                    print(f"# {name} ({stage.budget} grid estimate)")
+                    print(table.to_string(index=False))
+    _print_outcome(run, a.out)
     return 0
 
 
+def _print_outcome(run, out: str) -> None:
+    """What the run did (stderr): each store with its rows new / already there / skipped and coverage, then the
+    command that comes next."""
+    for r in run.outcome().itertuples(index=False):
+        stages = ", ".join(f"{run.study.name}/{s}" for s in r.stages)
+        cov = "" if r.coverage != r.coverage else f"; coverage {r.coverage:.1f} %"
+        print(f"stored: {r.store} ({stages}): {r.rows} rows - {r.new} new, {r.already} already there, "
+              f"{r.skipped} bad input rows skipped{cov}", file=sys.stderr)
+    q = shlex.quote(str(out))
+    print(f"next: python -m mmfragile report {q} --out {shlex.quote(str(Path(out) / 'report'))}", file=sys.stderr)
+
+
+def _stored_rows(out: str) -> dict[Path, int]:
+    """Rows per result store under ``out`` (folders with a config.json and parts/), read-only."""
+    from mmfragile.store import ResultStore
+
+    root = Path(out)
+    if not root.is_dir():
+        return {}
+    return {cfg.parent: len(ResultStore(cfg.parent)) for cfg in sorted(root.rglob("config.json"))
+            if (cfg.parent / "parts").is_dir()}
+
+
+def _interrupted(e: KeyboardInterrupt, out: str, before: dict[Path, int]) -> int:
+    """Ctrl-C / SIGTERM during a run: how many rows are safe, how to go on; exit 130 / 143."""
+    now = _stored_rows(out)
+    total, new = sum(now.values()), sum(n - before.get(p, 0) for p, n in now.items())
+    print(f"\ninterrupted: {total} rows saved in {out} ({new} new); rerun the same command to resume",
+          file=sys.stderr)
+    return _interrupt_code(e)
+
+
+def _interrupt_code(e: KeyboardInterrupt) -> int:
+    return 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="mmfragile", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Run a command. A user's mistake is one line ``error: ...`` (exit 2); any other failure is one line
+    ``error: <Type>: <message>`` (exit 1; ``--debug`` or ``MMFRAGILE_DEBUG=1`` shows the traceback); Ctrl-C exits
+    130 and SIGTERM 143, both without a traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("MMFRAGILE_DEBUG", "") not in ("", "0")
+    argv = [x for x in argv if x != "--debug"]  # accepted anywhere on the line
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning  # one line each
+            return _main(argv)
+    except SystemExit as e:  # argparse: --help (0) or a mistake in the arguments, already said (2)
+        return e.code if isinstance(e.code, int) else int(e.code is not None) * 2
+    except BrokenPipeError:  # output piped into `head`: nothing more to say (Python docs, "Note on SIGPIPE")
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt as e:
+        print("\ninterrupted", file=sys.stderr)
+        return _interrupt_code(e)
+    except Exception as e:
+        from mmfragile.errors import DataError, UsageError
+        from mmfragile.store import ConfigMismatch
+
+        if debug:
+            raise
+        if isinstance(e, (UsageError, ConfigMismatch, DataError)):  # the user's to mend: say what, exit 2
+            print(f"error: {_one_line(e)}", file=sys.stderr)
+            return 2
+        print(f"error: {type(e).__name__}: {_one_line(e)} (mmfragile --debug ... or MMFRAGILE_DEBUG=1 shows the "
+              "traceback)", file=sys.stderr)
+        return 1
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _main(argv: list[str]) -> int:
+    ap = _Parser(prog="mmfragile", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--debug", action="store_true",
+                    help="show the traceback of an error (also MMFRAGILE_DEBUG=1; accepted anywhere on the line)")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     r = sub.add_parser("reproduce", help="run the whole pipeline (notebooks/pipeline.yaml)")
@@ -147,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("benchmarks", help="the benchmark registry: names, spec kinds, standard formats, sources")
 
     m = sub.add_parser("merge", help="check a result store against its manifests; compact it; bring in other stores")
-    m.add_argument("store", help="the result store (created from the first SOURCE if missing)")
+    m.add_argument("store", help="the result store (if missing: built from the SOURCEs in a temporary folder, "
+                                 "renamed when complete)")
     m.add_argument("sources", nargs="*", help="stores whose rows and manifests to add (e.g. per-shard stores)")
     m.add_argument("--no-compact", action="store_true", help="leave the parts as they are")
     m.add_argument("--show", type=int, default=5, help="example keys to print per problem")
@@ -165,7 +285,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="also a PNG screenshot of the page (needs chromium: scripts/install_browser.sh)")
     rp.add_argument("--screenshot-height", type=int, default=None, help="screenshot height in px (default: whole page)")
 
+    _add_export_args(sub)
+    _add_import_args(sub)
+
     a = ap.parse_args(argv)
+    if a.cmd == "export":
+        return _export(a)
+    if a.cmd == "import":
+        return _import(a)
     if a.cmd == "reproduce":
         from mmfragile.grid import REPO_ROOT, run_pipeline
 
@@ -218,6 +345,74 @@ def main(argv: list[str] | None = None) -> int:
         for name in ZOO_MODELS:  # committed tower weights + the LM -> LLaVA checkpoints (seconds each)
             print(name, zoo_model_path(name))
         print("synthetic-vqa:", len(make_synthetic_vqa(0)), "questions")
+    return 0
+
+
+def _add_export_args(sub) -> None:
+    """``export lmms-eval``: a study's grid as an lmms-eval task group (mmfragile.harness.lmms_eval)."""
+    ex = sub.add_parser("export", help="a study's grid as another harness' tasks (lmms-eval)")
+    harness = ex.add_subparsers(dest="harness", required=True)
+    p = harness.add_parser("lmms-eval", help="an lmms-eval task group: run it with lmms-eval --include_path OUT",
+                           description="Write an lmms-eval task group of a study's grid (one task per prompt "
+                                       "variant, circular shifts as rows, mmfragile's keys in the data files, "
+                                       "mmfragile's scoring in utils.py); run it with `lmms-eval --include_path "
+                                       "OUT --tasks GROUP --log_samples --output_path RUN`, read it back with "
+                                       "`mmfragile import lmms-eval RUN --out STORE` (docs/harnesses.md).")
+    p.add_argument("--study", default="format-bias", choices=["format-bias"], help="the study (default format-bias)")
+    p.add_argument("--model", required=True,
+                   help="the model lmms-eval will run (checkpoint folder, zoo or embedded name): its tokenizer sizes "
+                        "each variant's answer budget and its name names the imported store")
+    p.add_argument("--dataset", default="easy-vqa", help="dataset spec (python -m mmfragile benchmarks lists them)")
+    p.add_argument("--n", type=int, default=None, help="questions (default: all)")
+    p.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 of Table 1)")
+    p.add_argument("--standard-format", default=None,
+                   help="format of the 'standard' variant where Table 5 has none, 'none' to leave it out")
+    p.add_argument("--out", required=True, help="folder for the task YAMLs, data files, utils.py and manifest")
+
+
+def _export(a: argparse.Namespace) -> int:
+    from mmfragile.harness.lmms_eval import export_lmms_eval
+    from mmfragile.study import csv_list
+
+    params = {"formats": csv_list(a.formats) if a.formats else None, "standard_format": a.standard_format}
+    try:
+        man = export_lmms_eval(a.study, a.model, a.dataset, a.out, n=a.n, **params)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rows = sum(t["rows"] for t in man["tasks"].values())
+    print(f"{a.out}: group {man['group']}, {len(man['tasks'])} tasks, {rows} requests\n"
+          f"run: lmms-eval --model llava_hf --model_args pretrained=CHECKPOINT,device_map=cpu --include_path "
+          f"{a.out} --tasks {man['group']} --log_samples --output_path RUN_DIR")
+    return 0
+
+
+def _add_import_args(sub) -> None:
+    """``import lmms-eval``: lmms-eval's sample logs of an exported group as a result store."""
+    im = sub.add_parser("import", help="another harness' logs as a result store (lmms-eval)")
+    harness = im.add_subparsers(dest="harness", required=True)
+    p = harness.add_parser("lmms-eval", help="lmms-eval runs of an exported group -> a result store",
+                           description="Read lmms-eval's results.json and *_samples_*.jsonl (joined to the exported "
+                                       "data files on doc_id) into the study's result store; `mmfragile report "
+                                       "STORE` reads it.")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="lmms-eval --output_path folders (or sample files)")
+    p.add_argument("--out", required=True, help="the result store to create")
+    p.add_argument("--export", default=None, metavar="DIR",
+                   help="the folder `mmfragile export` wrote (default: found from results.json's data files)")
+    p.add_argument("--model", default=None, help="name of the model in the store (default: the export's --model)")
+
+
+def _import(a: argparse.Namespace) -> int:
+    from mmfragile.harness.common import HarnessError
+    from mmfragile.harness.lmms_eval import import_lmms_eval
+    from mmfragile.store import ConfigMismatch
+
+    try:
+        store = import_lmms_eval(a.runs, a.out, export=a.export, model=a.model)
+    except (HarnessError, ConfigMismatch) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(store.check())
     return 0
 
 

@@ -8,7 +8,12 @@ there dies - it creates the file first - so a restarted worker or a rerun carrie
 * ``store.write`` - half of a part's bytes are in its temporary file (a truncated file is left behind);
 * ``store.renamed`` - the part is on disk under its final name, the writer has not yet recorded it;
 * ``store.compact`` - a compacted part is on disk, the parts it replaces are not yet deleted;
-* ``worker.task`` - a distributed worker has evaluated a task and not yet returned its rows.
+* ``worker.task`` - a distributed worker has evaluated a task and not yet returned its rows;
+* ``cache.built`` - :func:`mmfragile.paths.build_once` has built a cache entry into its temporary sibling and not
+  yet renamed it (a stale temporary folder and, for a folder, a lock its death releases are left behind).
+
+``MMFRAGILE_PAUSE_AT="<point>:<n>"`` with ``MMFRAGILE_PAUSE_FILE=<file>`` instead makes the n-th arrival at a kill
+point create ``<file>`` and wait for a signal (the interrupt tests: send SIGINT / SIGTERM once the file exists).
 
 ``MMFRAGILE_FAIL_AT="<point>:<n>[:<ERRNO>][,...]"`` instead makes the n-th arrival at a :func:`fail_point`
 (counted per process while the variable is set, apart from the kills) raise ``OSError(errno.<ERRNO>)`` - ``EIO``
@@ -25,15 +30,18 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections import Counter
 
 KILL_EXIT_CODE = 86
 _counts: Counter = Counter()
 _fail_counts: Counter = Counter()
+_pause_counts: Counter = Counter()
+PAUSE_MAX_S = 600.0
 
 
-def _plan() -> dict[str, int]:
-    spec = os.environ.get("MMFRAGILE_KILL_AT", "")
+def _plan(variable: str = "MMFRAGILE_KILL_AT") -> dict[str, int]:
+    spec = os.environ.get(variable, "")
     out = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         point, _, n = part.rpartition(":")
@@ -42,7 +50,10 @@ def _plan() -> dict[str, int]:
 
 
 def kill_point(point: str) -> None:
-    """Exit at once (no cleanup, no flush) if ``MMFRAGILE_KILL_AT`` asks for it here."""
+    """Exit at once (no cleanup, no flush) if ``MMFRAGILE_KILL_AT`` asks for it here (or wait for a signal, if
+    ``MMFRAGILE_PAUSE_AT`` does)."""
+    if "MMFRAGILE_PAUSE_AT" in os.environ:
+        _pause(point)
     if "MMFRAGILE_KILL_AT" not in os.environ:
         return
     want = _plan().get(point)
@@ -60,9 +71,25 @@ def kill_point(point: str) -> None:
     os._exit(KILL_EXIT_CODE)
 
 
+def _pause(point: str) -> None:
+    """At the n-th arrival that ``MMFRAGILE_PAUSE_AT`` names: create ``MMFRAGILE_PAUSE_FILE`` and wait (at most
+    ``PAUSE_MAX_S``) for a signal whose handler raises - a test interrupts the process at a known point."""
+    if _plan("MMFRAGILE_PAUSE_AT").get(point) is None:
+        return
+    _pause_counts[point] += 1
+    if _pause_counts[point] != _plan("MMFRAGILE_PAUSE_AT")[point]:
+        return
+    with open(os.environ["MMFRAGILE_PAUSE_FILE"], "w"):
+        pass
+    deadline = time.monotonic() + PAUSE_MAX_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def reset() -> None:
-    """Forget how often each point was reached (kill and fail points), as in a fresh process."""
+    """Forget how often each point was reached (kill, pause and fail points), as in a fresh process."""
     _counts.clear()
+    _pause_counts.clear()
     _fail_counts.clear()
 
 

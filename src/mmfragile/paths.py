@@ -1,9 +1,17 @@
 """Where mmfragile keeps generated data, converted models and caches (never inside site-packages)."""
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import re
+import secrets
+import shutil
+import sys
 from pathlib import Path
+from typing import Callable, Iterator
+
+from mmfragile.faults import kill_point
 
 
 def cache_dir(*parts: str) -> Path:
@@ -12,6 +20,69 @@ def cache_dir(*parts: str) -> Path:
     p = root.joinpath(*parts)
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def build_once(target: Path, build: Callable[[Path], None], *, file: bool = False) -> Path:
+    """``target`` - a cached folder, or with ``file`` a cached file - made by ``build(tmp)`` the first time it is
+    asked for; safe when any number of processes (or threads) of one machine ask for it at once.
+
+    ``build`` fills a temporary sibling of its own (a new empty folder, or with ``file`` a path to write), renamed to
+    ``target`` when it returns: a target on disk is always complete, and a build that raises leaves nothing. A
+    folder is built holding an exclusive ``flock`` on ``<target>.lock``: one process builds, the others wait (saying
+    so on stderr), look again and use what it built. The lock dies with its process, and the next builder removes
+    the temporary folders a killed build left (``<target>.building*``). A file takes no lock: its builders write the
+    same bytes and the rename is atomic (a lock file per cached image would double the cache's files). ``flock``
+    holds between processes of one machine; a cache on NFS shared by several machines is not covered."""
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if file:
+        return _build_into(target, build, target.parent / f"{target.name}.building-{_token()}")
+    with _exclusive(target):
+        if target.exists():  # built while we waited
+            return target
+        for stale in target.parent.glob(glob.escape(target.name) + ".building*"):
+            _remove(stale)  # we hold the lock, so no live build owns it: a killed one left it
+        tmp = target.parent / f"{target.name}.building-{_token()}"
+        tmp.mkdir()
+        return _build_into(target, build, tmp)
+
+
+def _token() -> str:
+    return f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _build_into(target: Path, build: Callable[[Path], None], tmp: Path) -> Path:
+    try:
+        build(tmp)
+        kill_point("cache.built")
+        os.replace(tmp, target)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return target
+
+
+@contextlib.contextmanager
+def _exclusive(target: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<target>.lock`` (the file stays: removing it would let a late
+    waiter lock a different file than the next newcomer)."""
+    import fcntl
+
+    with open(target.with_name(target.name + ".lock"), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"mmfragile: waiting for another process building {target}", file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def seed_path(name: str) -> Path | None:
@@ -44,3 +115,20 @@ def safe_name(name: str) -> str:
     """``name`` usable as one path component and in keys (model / dataset names in store and figure paths,
     self-generated sample ids)."""
     return re.sub(r"[^A-Za-z0-9@._=+-]+", "_", str(name)).strip("_") or "_"
+
+
+def check_writable_folder(path: str | Path, what: str = "--out") -> None:
+    """A folder that is there or can be made, and written in - checked without leaving anything behind:
+    :class:`~mmfragile.errors.UsageError` naming ``what`` and the file in the way or the folder that refuses."""
+    import tempfile
+
+    from mmfragile.errors import UsageError
+
+    folder = Path(path).expanduser()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{what} {path}: {existing} is a file, not a folder")
+    try:
+        tempfile.TemporaryDirectory(dir=existing).cleanup()
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot write in {existing} ({e.strerror or e})") from None

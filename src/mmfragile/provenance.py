@@ -1,6 +1,10 @@
 """What a run ran on, recorded in each store's config.json (``run_info.provenance``) and shown by the report:
 the model spec and the SHA-256 of its checkpoint, the dataset spec and the SHA-256 of its files, the versions.
 
+A store is one model per model name: :func:`model_identity` (backend, source, the arguments that change outputs,
+checkpoint hash) is pinned in ``run_info.model_identity`` on the first run and a resume with another model under
+that name is refused (:meth:`mmfragile.store.ResultStore.pin_model`; docs/stores.md).
+
 Hashes are of file contents (SHA-256 over every file of a checkpoint folder, in sorted order, with its relative
 path), cached per file by (path, size, modification time) under ``$MMFRAGILE_CACHE/hashes``, so a 15 GB 7B
 checkpoint is read once per machine. A dataset's *media* folders are not read (COCO, MVBench videos: many GB): the
@@ -11,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import re
 from pathlib import Path
 from typing import Any
 
-from mmfragile.paths import cache_dir
+from mmfragile.paths import build_once, cache_dir
 
 #: files above this size in a *dataset* folder enter its hash by name and size only (media, not annotations)
 MAX_HASHED_BYTES = 64 * 2**20
@@ -26,18 +30,16 @@ def file_sha256(path: str | Path) -> str:
     p = Path(path).resolve()
     st = p.stat()
     key = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
-    cached = cache_dir("hashes") / key
-    if cached.is_file():
-        return cached.read_text().strip()
+    cached = build_once(cache_dir("hashes") / key, lambda tmp: tmp.write_text(_read_sha256(p)), file=True)
+    return cached.read_text().strip()
+
+
+def _read_sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(p, "rb") as f:
+    with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
-    digest = h.hexdigest()
-    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(digest)
-    os.replace(tmp, cached)
-    return digest
+    return h.hexdigest()
 
 
 def tree_sha256(root: str | Path, max_bytes: int | None = None) -> str:
@@ -53,6 +55,43 @@ def tree_sha256(root: str | Path, max_bytes: int | None = None) -> str:
         digest = f"size:{size}" if max_bytes is not None and size > max_bytes else file_sha256(f)
         h.update(f"{rel}\0{digest}\n".encode())
     return h.hexdigest()
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def model_identity(spec, checkpoint_sha256: str) -> dict[str, Any]:
+    """What makes rows one model's: the spec's backend, source and output-changing arguments
+    (:attr:`~mmfragile.models.spec.ModelSpec.output_options`: not its name, batch size, memory ...) and the
+    checkpoint's SHA-256 (as :func:`model_provenance` records it)."""
+    return json.loads(json.dumps({"backend": spec.backend, "source": spec.source, "args": spec.output_options,
+                                  "checkpoint_sha256": checkpoint_sha256}, default=str))
+
+
+def same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two identities are one model: the same backend and arguments, and the same checkpoint bytes - where both
+    checkpoints are hashed the path may differ (a copied or moved checkpoint); otherwise the same source."""
+    hashed = all(_SHA256.fullmatch(str(x.get("checkpoint_sha256"))) for x in (a, b))
+    keys = ("backend", "args", "checkpoint_sha256") + (() if hashed else ("source",))
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def describe_identity(ident: dict[str, Any]) -> str:
+    """An identity in one short phrase: ``hf:/ckpt dtype=bfloat16 (checkpoint sha256 0123456789ab)``."""
+    args = "".join(f" {k}={v}" for k, v in sorted((ident.get("args") or {}).items()))
+    sha = str(ident.get("checkpoint_sha256"))
+    sha = sha[:12] if _SHA256.fullmatch(sha) else sha
+    return f"{ident.get('backend')}:{ident.get('source')}{args} (checkpoint sha256 {sha})"
+
+
+def identity_clash(where: Path | str, name: str, held: dict[str, Any], new: dict[str, Any],
+                   one_model: bool = False) -> str:
+    """The one-line refusal of a model that is not the one a store holds under ``name`` (``one_model``: a store
+    whose configuration names its one model, so that only a new folder takes another)."""
+    way = ("Use a new --out (and --model-args name=NEW to tell the two apart in a report)" if one_model else
+           "Use a new --out, or give this model another name with --model-args name=NEW")
+    return (f"{where}: the model named {name!r} here is {describe_identity(held)}, not {describe_identity(new)} "
+            f"(stored vs requested); their rows would mix. {way}.")
 
 
 def model_provenance(spec: str, folder: Path | None) -> dict[str, Any]:

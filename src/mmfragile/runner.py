@@ -73,7 +73,7 @@ def exact_match_score(raw: str, item: EvalItem) -> dict[str, Any]:
 def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_fn: ScoreFn = exact_match_score,
               mode: str = "auto", batch_size: int = 16, flush_every: int = 256, progress: bool = True,
               desc: str | None = None, stop_after: int | None = None, shard: Shard | str | None = None,
-              unit: str = "q") -> pd.DataFrame:
+              unit: str = "prompt") -> pd.DataFrame:
     """Evaluate the items not yet in ``store`` and return the store's full table.
 
     ``mode`` (``generate`` requests): ``"engine"`` (prefix-sharing engine; refuses with the reason where it
@@ -87,7 +87,9 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     (used to simulate a killed run in tests). Items keep their order (a study sorts them as it likes batches).
     ``auto`` never switches backends: which of the engine and vLLM is faster depends on the workload (README,
     "Speed" and "vLLM backend"); load the model with ``vllm:`` to choose vLLM. ``batch_size``: prompts per batched
-    ``generate`` call (the engine sizes its tail batches from free memory)."""
+    ``generate`` call (the engine sizes its tail batches from free memory). ``unit``: what the progress bar counts,
+    one item (a prompt, an option's log-likelihood, a judgment ...). An interrupt (KeyboardInterrupt; the CLI makes
+    SIGTERM one too) stores the rows finished so far before it propagates."""
     if mode not in ("auto", "engine", "generate"):
         raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
     shard = Shard.parse(shard)
@@ -104,17 +106,22 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
                unit=unit, smoothing=0.05)
     buffer: list[dict] = []
     written = 0
-    for chunk in call.chunks(todo):
-        for it, out in zip(chunk, call(chunk)):
-            buffer.append({"model": model.name, **it.key, **out.columns, **score_fn(out.value, it), **out.tail})
-        bar.update(len(chunk))
-        if len(buffer) >= flush_every:
-            written += store.append(buffer)
-            buffer.clear()
-        if stop_after is not None and written + len(buffer) >= stop_after:
-            break
+    try:
+        for chunk in call.chunks(todo):
+            for it, out in zip(chunk, call(chunk)):
+                buffer.append({"model": model.name, **it.key, **out.columns, **score_fn(out.value, it), **out.tail})
+            bar.update(len(chunk))
+            if len(buffer) >= flush_every:
+                written += store.append(buffer)
+                buffer.clear()
+            if stop_after is not None and written + len(buffer) >= stop_after:
+                break
+    except KeyboardInterrupt:  # Ctrl-C (the CLI turns SIGTERM into one too): keep the finished rows, then stop
+        store.append(buffer)
+        raise
+    finally:
+        bar.close()
     written += store.append(buffer)
-    bar.close()
     return store.read()
 
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from mmfragile.data.images import pixel_limit_lifted
-from mmfragile.errors import DataError  # noqa: F401  (re-exported: the public name is mmfragile.schema.DataError)
+from mmfragile.errors import DataError, row_error  # noqa: F401  (DataError re-exported: its public name is mmfragile.schema.DataError)
 
 #: Columns of a question table, in order.
 QUESTION_COLUMNS = [
@@ -154,7 +154,8 @@ def skip_or_raise(rec: Any, error: Exception, skipped: list[dict] | None) -> Non
     """A question row a study cannot use: raise ``error`` (which names the row), or - with a ``skipped`` list
     (``skip_bad_rows``) - record it there (:func:`bad_row`) for the run's config.json."""
     if skipped is None:
-        raise error
+        where = bad_row(rec, error)
+        raise row_error(error, where["file"], where["row"]) if isinstance(error, DataError) else error
     skipped.append(bad_row(rec, error))
 
 

@@ -3,7 +3,8 @@
 A store is a folder::
 
     <root>/config.json                     the run's configuration (checked on resume); its ``run_info`` entry
-                                           (e.g. the bad input rows a run left out) is rewritten, not checked
+                                           (e.g. the bad input rows a run left out) is rewritten, not checked,
+                                           but for ``model_identity``: one model per name (:meth:`pin_model`)
     <root>/parts/part-<ns>-<id>-n<rows>.parquet   one file per flushed batch of rows
     <root>/manifest/<label>.<digest>.parquet      the keys a run (or shard ``label``) set out to evaluate
     <root>/quarantine/                     parts that failed to read, with the reason beside each
@@ -43,6 +44,7 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 import time
 import uuid
@@ -107,6 +109,14 @@ def _canonical(obj: Any) -> Any:
 
 
 RUN_INFO = "run_info"
+#: ``run_info`` entry: model name -> the identity of the model whose rows the store holds under it
+MODEL_IDENTITY = "model_identity"
+
+
+def _config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple]:
+    """key -> (old value, new value) for the configuration keys that differ (``run_info`` is no configuration)."""
+    keys = (set(old) | set(new)) - {RUN_INFO}
+    return {k: (old.get(k), new.get(k)) for k in sorted(keys) if old.get(k) != new.get(k)}
 
 
 def _fsync_dir(path: Path) -> None:
@@ -275,8 +285,9 @@ class ResultStore:
     """A folder of Parquet parts holding one row per key; see the module docstring.
 
     ``run_info`` (optional): facts about this run that do not change any row's value - e.g. the bad input rows it
-    left out (``skipped_rows``) - stored in config.json under ``"run_info"``, replaced by each run that passes one
-    and ignored by the resume check."""
+    left out (``skipped_rows``) - stored in config.json under ``"run_info"``, its keys replaced by each run that
+    passes them (the other keys - the pinned model identities, provenance, image policies - are kept) and ignored
+    by the resume check (the model identities are checked by :meth:`pin_model`)."""
 
     def __init__(self, root: str | Path, config: Mapping[str, Any] | None = None,
                  key_columns: Sequence[str] = DEFAULT_KEY, run_info: Mapping[str, Any] | None = None, *,
@@ -290,8 +301,8 @@ class ResultStore:
         if config is not None:
             config = {k: v for k, v in config.items() if k != RUN_INFO}
             self._settle_config(_canonical({**config, "key_columns": self.key_columns}))
-            if run_info is not None:
-                self.set_run_info(run_info)
+            if run_info is not None:  # its keys replaced; the others (model identities, provenance ...) kept
+                self.set_run_info({**(self.config.get(RUN_INFO) or {}), **_canonical(dict(run_info))})
         self._index: pd.MultiIndex | None = None   # keys on disk when last scanned
         self._added: set[tuple] = set()            # keys this handle appended since
 
@@ -305,8 +316,7 @@ class ResultStore:
                 if e.errno in _FULL_ERRNOS:
                     raise _disk_full(self.root, e, "config.json") from e
                 raise
-        old = {k: v for k, v in json.loads(cfg_file.read_text()).items() if k != RUN_INFO}
-        diff = {k: (old.get(k), config.get(k)) for k in set(old) | set(config) if old.get(k) != config.get(k)}
+        diff = _config_diff(json.loads(cfg_file.read_text()), config)
         if diff:
             raise ConfigMismatch(f"{cfg_file}: the store was created with another configuration; "
                                  f"differences (stored, requested): {diff}. Use a new output folder.")
@@ -335,6 +345,20 @@ class ResultStore:
             where = f"run_info.{key}" + (f"[{entry!r}]" if entry is not None else "")
             raise ConfigMismatch(f"{self.root / 'config.json'}: {where} was {held[name]}, this run has {value}; "
                                  "results under both would mix. Use a new output folder.")
+
+    def pin_model(self, name: str, identity: Mapping[str, Any]) -> None:
+        """Record that this store's rows of model ``name`` come from ``identity``
+        (:func:`mmfragile.provenance.model_identity`) the first time - also in a store made before identities were
+        recorded; a later run of another model (spec or checkpoint) under that name is refused with a one-line
+        :class:`ConfigMismatch` naming both, as a changed configuration is."""
+        from mmfragile.provenance import identity_clash, same_model
+
+        held = ((self.config.get(RUN_INFO) or {}).get(MODEL_IDENTITY) or {}).get(name)
+        if held is None:
+            self.pin_run_info(MODEL_IDENTITY, dict(identity), entry=name)
+        elif not same_model(held, _canonical(dict(identity))):
+            raise ConfigMismatch(identity_clash(self.root / "config.json", name, held, _canonical(dict(identity)),
+                                                one_model=self.config.get("model") == name))
 
     def merge_run_info(self, key: str, entries: Mapping[str, Any]) -> None:
         """Add ``entries`` to the mapping ``run_info[key]`` (e.g. each model's provenance in a store several models
@@ -720,23 +744,82 @@ class ResultStore:
 
 def merge_stores(target: str | Path, sources: Sequence[str | Path] = (), compact: bool = True) -> Completeness:
     """Bring the rows and manifests of ``sources`` (e.g. per-shard stores written on separate disks) into the
-    store at ``target`` (created with the first source's config if it does not exist; every config must match),
-    compact it and check it against its manifests. The returned report lists duplicates as found before the
-    compaction removed them."""
+    store at ``target``, compact it and check it against its manifests. The returned report lists duplicates as
+    found before the compaction removed them.
+
+    Every configuration must match and every model name must be the same model (``run_info.model_identity``):
+    all of it is checked before anything is written. A ``target`` that does not exist (or is empty) is built in a
+    temporary sibling folder, renamed to ``target`` at the end: a merge that fails leaves no half-made store behind."""
     target = Path(target)
     for s in [target, *map(Path, sources)]:
         if not (s / "parts").is_dir() and (s != target or not sources):
             raise FileNotFoundError(f"{s}: not a result store (no parts/ folder)")
     srcs = [ResultStore(s) for s in sources]
-    cfg = json.loads((target / "config.json").read_text()) if (target / "config.json").exists() else (
-        srcs[0].config if srcs else {})
-    key_columns = cfg.get("key_columns", list(DEFAULT_KEY))
-    out = ResultStore(target, config={k: v for k, v in cfg.items() if k != "key_columns"} if cfg else None,
-                      key_columns=key_columns)
+    base = target if (target / "config.json").exists() or not srcs else srcs[0].root   # whose config rules
+    cfg = json.loads((base / "config.json").read_text()) if (base / "config.json").exists() else {}
+    info = _mergeable(base, cfg, srcs)
+    if target.exists() and any(target.iterdir()):
+        return _merge_into(_merge_target(target, cfg, info), srcs, compact)
+    tmp = target.with_name(f".{target.name}.merging-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        report = _merge_into(_merge_target(tmp, cfg, info), srcs, compact)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    report.root = target
+    return report
+
+
+def _mergeable(base: Path, cfg: Mapping[str, Any], srcs: Sequence[ResultStore]) -> dict[str, Any] | None:
+    """The merged ``run_info`` of ``cfg`` (``base``'s) and the sources' (None without a configuration);
+    :class:`ConfigMismatch` if a source has another configuration or holds another model under a name."""
+    info = dict(cfg.get(RUN_INFO) or {}) if cfg else None
     for s in srcs:
-        if s.config != out.config:
-            raise ConfigMismatch(f"{s.root}: its config differs from {out.root}'s; only runs of one configuration "
-                                 f"merge (stored {out.config}, source {s.config})")
+        diff = _config_diff(cfg, s.config)
+        if diff:
+            raise ConfigMismatch(f"{s.root}: its config differs from {base}'s; only runs of one configuration "
+                                 f"merge - differences ({base.name}, {s.root.name}): {diff}")
+        info = _merge_run_info(info or {}, s.config.get(RUN_INFO) or {}, s.root)
+    return info
+
+
+def _pinned() -> dict[str, tuple]:
+    """``run_info`` entries (name -> value) that stores must agree on to merge: how values compare and read."""
+    from mmfragile.provenance import describe_identity, same_model
+
+    return {MODEL_IDENTITY: (same_model, describe_identity), "image_policy": (lambda a, b: a == b, str)}
+
+
+def _merge_run_info(into: Mapping[str, Any], other: Mapping[str, Any], where: Path) -> dict[str, Any]:
+    """``into`` with ``other``'s (``where``'s) entries added: lists (skipped rows) joined, mappings (provenance,
+    identities per model) keep ``into``'s entries, pinned ones (:func:`_pinned`) must agree; other values stay
+    ``into``'s."""
+    out = dict(into)
+    for key, value in other.items():
+        mine = out.setdefault(key, value)
+        if isinstance(mine, list) and isinstance(value, list):
+            out[key] = mine + [v for v in value if v not in mine]
+        elif isinstance(mine, dict) and isinstance(value, dict):
+            same, describe = _pinned().get(key, (None, None))
+            for name in sorted(set(mine) & set(value)) if same else ():
+                if not same(mine[name], value[name]):
+                    raise ConfigMismatch(f"{where}: its run_info.{key}[{name!r}] is {describe(value[name])}, the "
+                                         f"stores before it have {describe(mine[name])}; their rows would mix, so "
+                                         "they do not merge")
+            out[key] = {**value, **mine}
+    return out
+
+
+def _merge_target(root: Path, cfg: Mapping[str, Any], info: Mapping[str, Any] | None) -> ResultStore:
+    if not cfg:
+        return ResultStore(root)
+    return ResultStore(root, config={k: v for k, v in cfg.items() if k != "key_columns"},
+                       key_columns=cfg.get("key_columns", list(DEFAULT_KEY)), run_info=info or None)
+
+
+def _merge_into(out: ResultStore, srcs: Sequence[ResultStore], compact: bool) -> Completeness:
+    for s in srcs:
         for m in s._manifests():
             dest = out.root / "manifest" / m.name
             if not dest.exists():

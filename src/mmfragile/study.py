@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from mmfragile.models.base import MLLM
-from mmfragile.models.spec import ModelSpec, as_spec
+from mmfragile.models.spec import ModelSpec, as_spec, spec_of
 from mmfragile.paths import safe_name
 from mmfragile.runner import EvalItem, ScoreFn, run_items
 from mmfragile.shards import Shard, question_group
@@ -86,6 +86,31 @@ class RunContext:
     data: Any = None
     run_info: dict[str, Any] = field(default_factory=dict)
     budget: float | int | None = None
+    table: pd.DataFrame | None = None   # a question table given to run_study instead of a spec
+
+    def questions(self, n: int | None = None, skip_bad_rows: bool = False) -> pd.DataFrame:
+        """The question table: the one given to :func:`run_study` (its first ``n`` rows), else
+        :func:`~mmfragile.data.loaders.load_dataset` of the spec."""
+        if self.table is not None:
+            return (self.table.head(n) if n else self.table).reset_index(drop=True)
+        from mmfragile.data.loaders import load_dataset
+
+        return load_dataset(self.dataset, n=n, skip_bad_rows=skip_bad_rows)
+
+
+def table_name(table: pd.DataFrame) -> str:
+    """The dataset name a question table is stored under: the spec :func:`~mmfragile.data.loaders.load_dataset`
+    read it from (``attrs["spec"]``), else its ``dataset`` column's values. A table without rows or without the
+    question columns raises, naming them."""
+    from mmfragile.schema import QUESTION_COLUMNS
+
+    missing = [c for c in QUESTION_COLUMNS if c not in table.columns]
+    if missing or table.empty:
+        raise ValueError(f"dataset: a question table needs rows and the columns {QUESTION_COLUMNS} (mf.load_dataset "
+                         f"returns one); " + (f"this one lacks {missing}" if missing else "this one is empty"))
+    if table.attrs.get("spec"):
+        return str(table.attrs["spec"])
+    return "+".join(sorted(table["dataset"].astype(str).unique()))
 
 
 @dataclass(frozen=True)
@@ -109,7 +134,7 @@ class Stage:
     budget: str | None = None
     models: Callable[[RunContext], list[ModelSpec]] | None = None
     run_kw: Callable[[dict], dict] = lambda params: {}
-    unit: str = "q"
+    unit: str = "prompt"   # what one item is (the progress bar counts items): prompt, option, judgment ...
 
 
 @dataclass(frozen=True)
@@ -250,6 +275,35 @@ class StudyRun:
     def summary(self) -> dict[str, pd.DataFrame]:
         return self.study.summarize(self.stores)
 
+    def outcome(self) -> pd.DataFrame:
+        """One row per store written: ``store`` (folder), ``stages``, ``rows`` (stored now), ``new`` (by this run),
+        ``already`` (there before: resumed), ``skipped`` (bad input rows left out) and ``coverage`` (% of rows with
+        ``covered``; NaN where the stage has no such column)."""
+        rows: dict[Path, dict] = {}
+        for stage, store in self.stores.items():
+            r = rows.setdefault(store.root, {"store": store.root, "stages": [], "rows": len(store), "new": 0,
+                                             "skipped": len(store.config.get("run_info", {}).get("skipped_rows", [])),
+                                             "coverage": _coverage(store)})
+            r["stages"].append(stage)
+            r["new"] += self.new_rows.get(stage, 0)
+        out = pd.DataFrame(list(rows.values()), columns=["store", "stages", "rows", "new", "skipped", "coverage"])
+        out.insert(4, "already", out["rows"] - out["new"])
+        return out
+
+
+def _coverage(store: ResultStore) -> float:
+    """% of the store's rows whose answer was one of the options (NaN without a ``covered`` column)."""
+    import pyarrow.parquet as pq
+
+    parts = sorted(store.parts.glob("*.parquet"))
+    try:  # a stage's parts share their columns; reading a column a part lacks would quarantine that part
+        if not parts or "covered" not in pq.read_schema(parts[0]).names:
+            return float("nan")
+    except (OSError, ValueError):
+        return float("nan")
+    covered = store.read(columns=["covered"])["covered"]
+    return float("nan") if covered.isna().all() else float(covered.astype(float).mean() * 100)
+
 
 class _Models:
     """Models of one run, each loaded once (a loaded model may be passed in for its spec)."""
@@ -265,7 +319,8 @@ class _Models:
         return self._loaded[str(spec)]
 
 
-def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = None, dataset: str | None = None, *,
+def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = None,
+              dataset: "str | pd.DataFrame | None" = None, *,
               n: int | None = None, out: str | Path | None = None, results_dir: str | Path | None = None,
               model_args: Mapping[str, Any] | str | None = None, stages: Sequence[str] | None = None,
               shard: "Shard | str | None" = None, workers: int | None = None, ray_address: str | None = None,
@@ -278,7 +333,9 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     under which the study places it (``<results_dir>/<model>/<dataset>`` for the grid studies, the folder itself
     for the judge study). ``model``: a spec string, a :class:`~mmfragile.models.spec.ModelSpec` or a loaded
     model (not with ``workers``); ``model_args``: the backend's keyword arguments (``{"max_pixels": ...}`` or
-    ``"max_pixels=...,trust_remote_code=true"``). ``params``: the study's parameters (see its ``params``).
+    ``"max_pixels=...,trust_remote_code=true"``). ``dataset``: a spec string or a question table
+    (``mf.load_dataset(...)``'s DataFrame, used as given - its first ``n`` rows with ``n`` - and stored under
+    :func:`table_name`). ``params``: the study's parameters (see its ``params``).
 
     Scale: ``shard="i/n"`` runs one shard of every stage (by question group; ``mmfragile merge`` checks the
     stores afterwards); ``workers=N`` runs every stage on N Ray workers, one model replica each
@@ -296,20 +353,23 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     loaded = model if isinstance(model, MLLM) else None
     if loaded is not None and workers:
         raise ValueError("a loaded model cannot be sent to Ray workers: pass its spec")
-    spec = (as_spec(loaded.name) if loaded is not None else
-            as_spec(model or study.default_model, model_args=model_args))
-    name = loaded.name if loaded is not None else spec.name
-    dataset = dataset or study.default_dataset
+    spec = spec_of(loaded) if loaded is not None else as_spec(model or study.default_model, model_args=model_args)
+    name = spec.name
+    table = dataset if isinstance(dataset, pd.DataFrame) else None
+    dataset = table_name(table) if table is not None else dataset or study.default_dataset
     if study.needs_dataset and not dataset:
         raise ValueError(f"study {study.name!r} needs a dataset (e.g. easy-vqa, synthetic-vqa, mmbench:<file.tsv>)")
     if out is None:
         if results_dir is None:
             raise ValueError("give out= (the study's results folder) or results_dir=")
         out = study.folder(results_dir, name, dataset)
-    ctx = RunContext(study, spec, name, dataset, n, Path(out), study.resolve(params), budget=budget)
+    ctx = RunContext(study, spec, name, dataset, n, Path(out), study.resolve(params), budget=budget, table=table)
+    _preflight(ctx, loaded)
     ctx.data = study.load(ctx)
+    _warn_short(ctx)
     load_model = models or _Models(loaded, spec)
     run = StudyRun(study, name, ctx.folder, ctx.data)
+    provenance: dict[str, dict] = {}   # per model spec, computed once
     for stage in study.stages:
         if not stage.when(ctx.params) or (stages is not None and stage.name not in stages):
             continue
@@ -319,9 +379,10 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
         before = stored_keys(store)
         task = StageTask(study.name, stage.name, tuple(sorted(ctx.params.items())),
                          budget if stage.budget else None, adaptive, budget_seed, budget_batch, progress)
-        for mspec in (stage.models(ctx) if stage.models else [spec]):
-            store.merge_run_info("provenance", {mspec.name: _provenance(mspec, loaded if mspec is spec else None,
-                                                                        dataset)})
+        mspecs = stage.models(ctx) if stage.models else [spec]
+        for mspec in mspecs:  # every model's identity is checked before any of them loads
+            _pin_model(store, mspec, loaded if mspec is spec else None, dataset, provenance)
+        for mspec in mspecs:
             if workers:
                 from mmfragile.distributed import run_on_ray
 
@@ -339,13 +400,50 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     return run
 
 
+def _pin_model(store: ResultStore, spec: ModelSpec, loaded: MLLM | None, dataset: str | None,
+               known: dict[str, dict]) -> None:
+    """Refuse a store that holds another model under ``spec.name`` (:meth:`ResultStore.pin_model`), then record
+    the model's provenance if the store has none for it yet (never rewritten over rows it did not produce)."""
+    from mmfragile.provenance import model_identity
+
+    if str(spec) not in known:
+        known[str(spec)] = _provenance(spec, loaded, dataset)
+    prov = known[str(spec)]
+    store.pin_model(spec.name, model_identity(spec, prov["checkpoint_sha256"]))
+    if spec.name not in ((store.config.get("run_info") or {}).get("provenance") or {}):
+        store.merge_run_info("provenance", {spec.name: prov})
+
+
+def _preflight(ctx: RunContext, loaded: MLLM | None) -> None:
+    """The mistakes a run can see before it reads data or loads a model (:class:`~mmfragile.errors.UsageError`)."""
+    from mmfragile.errors import UsageError
+    from mmfragile.paths import check_writable_folder
+
+    if ctx.n is not None and ctx.n < 1:
+        raise UsageError(f"--n (n=) must be 1 or more, got {ctx.n}; leave it out to run every question")
+    if loaded is None:
+        ctx.model.check()
+    check_writable_folder(ctx.folder)
+
+
+def _warn_short(ctx: RunContext) -> None:
+    """Say so where ``n`` asks for more questions than the dataset has."""
+    if ctx.n is not None and isinstance(ctx.data, pd.DataFrame) and len(ctx.data) < ctx.n:
+        import warnings
+
+        warnings.warn(f"--n {ctx.n} but the dataset has {len(ctx.data)} questions: running {len(ctx.data)}",
+                      stacklevel=3)
+
+
 def _provenance(spec: ModelSpec, loaded: MLLM | None, dataset: str | None) -> dict[str, Any]:
     """What the run ran on (:mod:`mmfragile.provenance`); a run is never stopped by it: what cannot be found out
-    is recorded as not recorded, with the reason."""
+    is recorded as not recorded, with the reason. The checkpoint is the spec's (as for a run given the spec
+    string), or what a model built by hand says it was loaded from."""
     from mmfragile.provenance import run_provenance
 
     try:
-        folder = loaded.checkpoint if loaded is not None else spec.checkpoint_dir()
+        own = loaded is not None and (loaded.spec is None or loaded.checkpoint is not None)
+        folder = loaded.checkpoint if own else spec.checkpoint_dir()
         return run_provenance(str(spec), folder, dataset)
     except (OSError, ValueError) as e:
         return {"model_spec": str(spec), "checkpoint_sha256": f"not recorded: {type(e).__name__}: {e}"}

@@ -29,7 +29,8 @@ from mmfragile.schema import DataError
 from mmfragile.store import ResultStore
 
 __all__ = ["KEY", "spec_for", "item_cells", "attach_outcomes", "select_items", "run_budgeted",
-           "format_bias_cells", "promptception_cells", "estimate_store"]
+           "format_bias_cells", "promptception_cells", "estimate_store", "estimate_tables", "STORE_LEVEL",
+           "STORE_DRAWS", "STORE_SEED"]
 
 #: Columns that identify a cell in a store (with the model).
 KEY = ["dataset", "question_id", "variant"]
@@ -140,6 +141,13 @@ def _rows_with_position(rows: pd.DataFrame, what: str) -> pd.DataFrame:
     return rows.assign(answer_position=pos, question=rows["dataset"].astype(str) + "/" + rows["question_id"].astype(str))
 
 
+def _first_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, dataset, question), sorted: the grid's cell order, whatever the store's row order."""
+    key = ["model", "dataset", "question_id"]
+    first = rows.drop_duplicates(key)
+    return first.iloc[np.lexsort([first[c].astype(str).to_numpy() for c in reversed(key)])]
+
+
 def _merge_outcomes(grid: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     obs = rows[["model", *KEY, "correct"]].assign(correct=rows["correct"].astype(bool).astype(float))
     key = ["model", *KEY]
@@ -156,7 +164,7 @@ def format_bias_cells(rows: pd.DataFrame, formats: Sequence[str] | None = None) 
     r = rows[rows["format"].astype(str) != "standard"] if "format" in rows.columns else rows
     r = _rows_with_position(r, "format_bias_cells")
     fmts = [PromptFormat.from_name(f) for f in formats] if formats else all_formats()
-    first = r.drop_duplicates(["model", "dataset", "question_id"])
+    first = _first_rows(r)
     parts = []
     for rec in first.to_dict("records"):
         n = len(list(rec["option_ids"]))
@@ -180,7 +188,7 @@ def promptception_cells(rows: pd.DataFrame, prompt_ids: Sequence[str] | None = N
     r = _rows_with_position(rows, "promptception_cells")
     pids = [str(p) for p in (prompt_ids or catalog_ids(include_baseline=False))]
     types = [get_prompt_type(p) for p in pids]
-    first = r.drop_duplicates(["model", "dataset", "question_id"])
+    first = _first_rows(r)
     parts = []
     for rec in first.to_dict("records"):
         for t in types:
@@ -195,7 +203,24 @@ def promptception_cells(rows: pd.DataFrame, prompt_ids: Sequence[str] | None = N
     return _merge_outcomes(grid, r)
 
 
-def estimate_store(rows: pd.DataFrame, study: str, **kw: Any):
-    """:func:`~mmfragile.budget.estimator.estimate` on the complete grid rebuilt from a study's store rows."""
+#: The settings of every store estimate (``mmfragile run --budget`` and ``mmfragile report`` print the same numbers).
+STORE_LEVEL, STORE_DRAWS, STORE_SEED = 0.9, 400, 0
+
+
+def estimate_store(rows: pd.DataFrame, study: str, level: float = STORE_LEVEL, n_draws: int = STORE_DRAWS,
+                   seed: int = STORE_SEED, **kw: Any):
+    """:func:`~mmfragile.budget.estimator.estimate` on the complete grid rebuilt from a study's store rows (in
+    any row order: the grid is built in sorted question order, so the posterior draws do not depend on it)."""
     cells = format_bias_cells(rows) if study == FORMAT_BIAS.name else promptception_cells(rows)
-    return estimate(cells, spec_for(study), **kw)
+    return estimate(cells, spec_for(study), level=level, n_draws=n_draws, seed=seed, **kw)
+
+
+def estimate_tables(est) -> dict[str, pd.DataFrame]:
+    """The console's tables of a :class:`~mmfragile.budget.estimator.BudgetEstimate`, at the report's display
+    precision (accuracies 1 decimal, shares 2): ``budget`` (cells run per group, and why an estimate is the
+    observed value) and ``estimate`` (the summary statistics with their intervals)."""
+    budget = est.budget.round({"fraction": 3})
+    if "note" in budget and not budget["note"].astype(bool).any():
+        budget = budget.drop(columns="note")
+    summary = est.summary.drop(columns=["dataset"], errors="ignore")
+    return {"budget": budget, "estimate": summary.round({"estimate": 1, "lo": 1, "hi": 1, "naive": 1, "p_unit": 2})}

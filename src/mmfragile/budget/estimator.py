@@ -16,7 +16,8 @@ Method - PromptEval (Maia Polo et al., "Efficient multi-prompt evaluation of LLM
 * **Plug-in estimate** (PromptEval's estimator): observed cells keep their outcome, unobserved cells get the
   fitted probability; a variant's accuracy is the mean over its cells, the distribution over variants gives
   the mean, the quantiles (5/25/50/75/95 %, ``numpy.percentile``'s linear rule, as PromptEval), the best and
-  worst variant and, across models, the ranking per variant.
+  worst variant and, across models, the ranking per variant. Where every observed cell of a group agrees (all
+  wrong / all right), the unobserved cells get that outcome, not the prior's (:func:`_single_outcome`).
 * **Prior scales** (not in PromptEval, which fixes one L2 penalty): learnt per model by empirical Bayes
   (:func:`fit_irt`), so a model whose formats barely differ gets its format effects shrunk to nothing and a
   model with a broken option-ID set keeps it; t priors let a single broken format stand out of the bulk.
@@ -518,7 +519,8 @@ class BudgetEstimate:
       ``unit`` and its ``p_unit``;
     * ``ranks``: per dataset x unit x model (only with several models) - ``rank`` (1 = best, by the plug-in
       accuracies), ``rank_lo``/``rank_hi``, ``p_rank1``;
-    * ``budget``: per group - ``n_cells``, ``n_observed``, ``fraction``.
+    * ``budget``: per group - ``n_cells``, ``n_observed``, ``fraction``, ``note`` (why the estimates are the
+      observed value where every observed cell agrees - :func:`_single_outcome`; else empty).
     """
 
     units: pd.DataFrame
@@ -558,7 +560,9 @@ def estimate(cells: pd.DataFrame, spec: GridSpec, level: float = 0.9, n_draws: i
         obs = g["correct"].notna().to_numpy()
         yobs = pd.to_numeric(g["correct"], errors="coerce").to_numpy()
         pred = _Predictor(g, spec, prior, coverage)
-        plug = np.where(obs, yobs, pred.p)
+        flat = _single_outcome(yobs[obs])
+        plug = np.where(obs, yobs, pred.p if flat is None else flat)
+        interval = _centred_interval if flat is None else _draws_interval
         units, acc = unit_accuracy(g, spec, plug)
         codes, _ = pd.factorize(g[spec.unit].astype(str), sort=True)
         n_u = np.bincount(codes, minlength=len(units))
@@ -567,13 +571,14 @@ def estimate(cells: pd.DataFrame, spec: GridSpec, level: float = 0.9, n_draws: i
         naive = np.where(n_o > 0, 100 * s_o / np.maximum(n_o, 1), np.nan)
         stats = summarize_units(acc)
         naive_stats = summarize_units(naive[~np.isnan(naive)]) if (n_o > 0).any() else np.full(len(STATISTICS), np.nan)
-        budget_rows.append({**gd, "n_cells": len(g), "n_observed": int(obs.sum()), "fraction": obs.mean()})
+        budget_rows.append({**gd, "n_cells": len(g), "n_observed": int(obs.sum()), "fraction": obs.mean(),
+                            "note": _single_outcome_note(flat, int(obs.sum()))})
         if n_draws > 0:
             sims = _posterior_accuracy(pred, g, spec, plug, obs, n_draws, seed, max_draw_cells)
-            lo_u, hi_u = _centred_interval(acc, sims, alpha)
+            lo_u, hi_u = interval(acc, sims, alpha)
             best = np.bincount(sims.argmax(axis=0), minlength=len(units)) / n_draws
             worst = np.bincount(sims.argmin(axis=0), minlength=len(units)) / n_draws
-            lo_s, hi_s = _centred_interval(stats, summarize_units(sims), alpha)
+            lo_s, hi_s = interval(stats, summarize_units(sims), alpha)
             draws_by_group[key] = (units, acc, sims)
         else:
             lo_u = hi_u = best = worst = np.full(len(units), np.nan)
@@ -594,6 +599,30 @@ def estimate(cells: pd.DataFrame, spec: GridSpec, level: float = 0.9, n_draws: i
     ranks = _rank_table(draws_by_group, gcols, spec, alpha) if n_draws > 0 else pd.DataFrame()
     return BudgetEstimate(pd.DataFrame(unit_rows), pd.DataFrame(summ_rows), ranks, pd.DataFrame(budget_rows),
                           level, spec)
+
+
+def _single_outcome(y: np.ndarray) -> float | None:
+    """The one outcome (0 or 1) of observed cells that all agree, else None. Then the data cannot tell cells
+    apart and the fit's probabilities are its prior: the pseudo-count (half a right and half a wrong answer at
+    the baseline, :func:`fit_irt`) puts every unobserved cell at about ``0.5 / (n + 1)`` - an accuracy above 0
+    that nothing observed supports - so the plug-in keeps the observed outcome (:func:`estimate`)."""
+    seen = np.unique(y)
+    return float(seen[0]) if len(seen) == 1 else None
+
+
+def _single_outcome_note(flat: float | None, n_obs: int) -> str:
+    if flat is None:
+        return ""
+    return (f"all {n_obs} observed cells {'right' if flat else 'wrong'}: estimates = the observed {100 * flat:.0f} %; "
+            "intervals = posterior draws under the fit's prior")
+
+
+def _draws_interval(point: np.ndarray, draws: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Equal-tailed interval of the draws themselves, widened to hold ``point`` - for groups whose observed
+    cells all agree: the point is then the observed 0 / 100 % at the edge of the draws, and centring the draws
+    on it (:func:`_centred_interval`) would move the interval by their prior-driven offset."""
+    lo, hi = np.quantile(draws, [alpha, 1 - alpha], axis=-1)
+    return np.clip(np.minimum(point, lo), 0, 100), np.clip(np.maximum(point, hi), 0, 100)
 
 
 def _centred_interval(point: np.ndarray, draws: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:

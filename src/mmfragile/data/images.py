@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from mmfragile.paths import cache_dir
+from mmfragile.paths import build_once, cache_dir
 from mmfragile.errors import DataError
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -82,10 +82,7 @@ def store_image_bytes(data: bytes, where: str, dataset: str) -> str:
             return str(folder / f"{digest}.{ext}")
     fmt = check_image_bytes(data, where)
     path = folder / f"{digest}.{'jpg' if fmt == 'jpeg' else fmt}"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-    return str(path)
+    return str(build_once(path, lambda tmp: tmp.write_bytes(data), file=True))
 
 
 def decode_base64(text: str, where: str) -> bytes:

@@ -104,6 +104,7 @@ from typing import Any, Callable, Iterator
 
 import pandas as pd
 
+from mmfragile.errors import row_error
 from mmfragile.paths import cache_dir
 from mmfragile.schema import QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question
 from mmfragile.data.images import REFERENCE_MAX_CHARS, _looks_like_path, check_image_bytes, decode_base64, image_field
@@ -132,7 +133,7 @@ class _Collector:
             yield
         except DataError as e:
             if not self.skip_bad_rows:
-                raise
+                raise row_error(e, file, row)
             self.skipped.append({"file": str(file), "row": int(row), "reason": str(e)})
 
     def add(self, q: MCQuestion, file: str | Path, row: int, where: str, **extra: Any) -> None:
@@ -957,7 +958,7 @@ def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: 
     - its image / text-only subsets -, ``easy-vqa``), or ``<kind>:<path>`` for a benchmark release. Every one
     is a record of the benchmark registry (:mod:`mmfragile.data.benchmarks`; ``python -m mmfragile benchmarks``
     lists them; layouts in this module's docstring). ``skip_bad_rows``: leave bad rows out (listed in
-    ``df.attrs["skipped_rows"]``) instead of raising :class:`DataError`."""
+    ``df.attrs["skipped_rows"]``) instead of raising :class:`DataError`; ``df.attrs["spec"]`` is ``spec``."""
     from mmfragile.data.benchmarks import benchmark, by_kind, spec_kinds
 
     kind, sep, path = str(spec).partition(":")
@@ -974,10 +975,12 @@ def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: 
         raise DataError(f"{spec!r} is the {record.study} study's data, not a question table: run that study with it "
                         f"(python -m mmfragile run {record.study} --dataset {spec})")
     if not record.builtin:
-        return record.load(path, n=n, skip_bad_rows=skip_bad_rows)
-    df = record.load(n=n, seed=seed)
-    if record.kind == "easy-vqa":
-        return df
-    out = df.head(n).reset_index(drop=True) if n else df
-    out.attrs["skipped_rows"] = []
+        out = record.load(path, n=n, skip_bad_rows=skip_bad_rows)
+    elif record.kind == "easy-vqa":
+        out = record.load(n=n, seed=seed)
+    else:
+        out = record.load(n=n, seed=seed)
+        out = out.head(n).reset_index(drop=True) if n else out
+        out.attrs["skipped_rows"] = []
+    out.attrs["spec"] = str(spec)  # the name run_study stores a table under (mmfragile.study.table_name)
     return out

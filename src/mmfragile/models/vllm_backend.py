@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mmfragile.paths import cache_dir
+from mmfragile.paths import build_once, cache_dir
 from mmfragile.schema import DataError
 from mmfragile.models.adapters import adapter_for
 from mmfragile.models.base import LogLik, MLLM, Prompt
@@ -119,8 +119,6 @@ def vllm_checkpoint(path: str | Path) -> Path:
     keyed by the source folder and its weight files' sizes and mtimes, so a changed checkpoint re-exports)."""
     from safetensors.torch import load_file, save_file
 
-    from mmfragile.models.embedded import _atomic_build
-
     path = Path(path).resolve()
     if not needs_vllm_export(path):
         return path
@@ -141,7 +139,7 @@ def vllm_checkpoint(path: str | Path) -> Path:
             idx["weight_map"] = {_vllm_key(k): v for k, v in idx["weight_map"].items()}
             (out / index.name).write_text(json.dumps(idx, indent=2))
 
-    return _atomic_build(cache_dir("vllm-export") / f"{path.name}-{stamp.hexdigest()[:12]}", build)
+    return build_once(cache_dir("vllm-export") / f"{path.name}-{stamp.hexdigest()[:12]}", build)
 
 
 # ---------------------------------------------------------------------------------------------- the backend

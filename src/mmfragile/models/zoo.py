@@ -20,9 +20,9 @@ from typing import Callable
 
 import torch
 
-from mmfragile.models.embedded import (GEMMA_VLM_CHAT_TEMPLATE, VLM_CHAT_TEMPLATE, _atomic_build, gemma3_path,
+from mmfragile.models.embedded import (GEMMA_VLM_CHAT_TEMPLATE, VLM_CHAT_TEMPLATE, gemma3_path,
                                        save_llava, smollm2_path)
-from mmfragile.paths import cache_dir
+from mmfragile.paths import build_once, cache_dir
 
 
 #: one vision configuration for every zoo tower: 96 px (the synthetic images' size) in 16 px patches -> 36 tokens
@@ -158,7 +158,7 @@ def tower_checkpoint(lm_key: str, tower: str, lora: str | None = None) -> Path:
         save_llava(out, CLIPVisionConfig(**VISION), lm.chat_template, list(lm.eos), seed=0, lm_dir=lm.path(),
                    vision_state=load_weights("tower", tower), tie_embeddings=True, lm_deltas=deltas)
 
-    return _atomic_build(cache_dir("models") / f"zoo-{tower}-{lora or 'frozen'}-{h.hexdigest()[:10]}", build)
+    return build_once(cache_dir("models") / f"zoo-{tower}-{lora or 'frozen'}-{h.hexdigest()[:10]}", build)
 
 
 def zoo_model_path(name: str) -> Path:

@@ -37,9 +37,6 @@ from mmfragile.store import ResultStore
 DEFAULT_N_BOOT = 1000
 DEFAULT_SEED = 0
 LEVEL = 0.95
-#: posterior draws of budgeted estimates (metrics.budget.estimate)
-BUDGET_DRAWS = 200
-BUDGET_LEVEL = 0.9
 NOT_RECORDED = "not recorded"
 
 
@@ -287,10 +284,68 @@ def _study(store: ResultStore) -> str:
     return str(store.config.get("study", "format-bias"))
 
 
+def _identities(store: ResultStore) -> dict[str, dict]:
+    """Model name -> the identity of the model whose rows the store holds (``run_info.model_identity``; a store
+    made before identities were pinned: its provenance's spec and checkpoint hash)."""
+    info = store.config.get("run_info") or {}
+    if info.get("model_identity"):
+        return dict(info["model_identity"])
+    return {m: {"model_spec": p.get("model_spec"), "checkpoint_sha256": p.get("checkpoint_sha256")}
+            for m, p in (info.get("provenance") or {}).items() if isinstance(p, Mapping)}
+
+
+def _same(a: dict, b: dict) -> bool:
+    """:func:`~mmfragile.provenance.same_model`; with an older store's provenance (``model_spec``, all arguments):
+    the same spec string and checkpoint if both are older, the same checkpoint hash if one is."""
+    from mmfragile.provenance import same_model
+
+    if "model_spec" not in a and "model_spec" not in b:
+        return same_model(a, b)
+    return a == b if "model_spec" in a and "model_spec" in b else a["checkpoint_sha256"] == b["checkpoint_sha256"]
+
+
+def _describe(ident: dict) -> str:
+    from mmfragile.provenance import describe_identity
+
+    return (f"{ident['model_spec']} (checkpoint sha256 {str(ident['checkpoint_sha256'])[:12]})"
+            if "model_spec" in ident else describe_identity(ident))
+
+
+def model_labels(stores: Sequence[ResultStore]) -> tuple[dict[tuple[Path, str], str], list[str]]:
+    """Stores that share a model name but not the model (another spec or checkpoint): ``(store root, name) ->
+    "name [spec]"`` for their rows, so that they are shown apart and never merged into one row, and a note each."""
+    by_name: dict[str, list[tuple[Path, dict]]] = {}
+    for st in stores:
+        for name, ident in _identities(st).items():
+            by_name.setdefault(name, []).append((st.root, ident))
+    labels, notes = {}, []
+    for name, held in by_name.items():
+        distinct: list[dict] = []
+        for _, ident in held:
+            if not any(_same(ident, d) for d in distinct):
+                distinct.append(ident)
+        if len(distinct) > 1:
+            labels.update({(root, name): f"{name} [{_describe(ident)}]" for root, ident in held})
+            notes.append(f"WARNING: {len(distinct)} different models are named {name!r} "
+                         f"({'; '.join(map(_describe, distinct))}); their stores are shown apart, each labelled "
+                         "with its spec - name them apart with --model-args name=NEW")
+    return labels, notes
+
+
+def _store_rows(store: ResultStore, labels: Mapping[tuple[Path, str], str]) -> pd.DataFrame:
+    """The store's rows, the model relabelled where :func:`model_labels` says."""
+    df = store.read()
+    mine = {name: label for (root, name), label in labels.items() if root == store.root}
+    if mine and "model" in df:
+        df["model"] = df["model"].astype(str).replace(mine)
+    return df
+
+
 def _read(stores: Sequence[ResultStore]) -> pd.DataFrame:
     frames = []
+    labels = model_labels(stores)[0]
     for st in stores:
-        df = st.read()
+        df = _store_rows(st, labels)
         if len(df):
             frames.append(df.assign(_store=str(st.root)))
     if not frames:
@@ -377,7 +432,7 @@ def _ranking(doc: _Doc, sec: Section, kind: str, ds: str, per_model: dict[str, d
 
 # ================================================================================================ study 1
 def _format_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int, level: float,
-                    budget_draws: int) -> tuple[Section | None, list[dict]]:
+                    budget_draws: int | None) -> tuple[Section | None, list[dict]]:
     from mmfragile.studies.format_bias import metrics as fb
     from mmfragile.studies.format_bias import plots as fbp
     from mmfragile.studies import format_bias as fbs
@@ -534,25 +589,27 @@ def _format_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int
                 h["lmm_sig"] = sig
             _figure(doc, sec, "formats-lmm", "Mixed-model coefficients", lambda: fbp.plot_lmm_coefficients(lmm))
     if budgeted:
-        _budget_block(doc, sec, sel(raw, set(budgeted)), "format-bias", "formats", "format", budget_draws, seed, how)
+        _budget_block(doc, sec, sel(raw, set(budgeted)), "format-bias", "formats", "format", budget_draws, how)
     return sec, how
 
 
 # ================================================================================================ budgets
-def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind: str, unit: str, n_draws: int,
-                  seed: int, how: list[dict]) -> None:
-    from mmfragile.budget import estimate_store
+def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind: str, unit: str,
+                  n_draws: int | None, how: list[dict]) -> None:
+    """The budgeted / incomplete grids of a study: :func:`mmfragile.budget.estimate_store` with its own settings
+    (level, draws, seed - not the report's bootstrap seed), so the numbers equal ``mmfragile run --budget``'s."""
+    from mmfragile.budget import STORE_DRAWS, STORE_SEED, estimate_store
     from mmfragile.budget.estimator import STATISTICS
     from mmfragile.budget.plots import plot_unit_estimates
 
+    n_draws = STORE_DRAWS if n_draws is None else n_draws
     try:
-        est = estimate_store(rows.drop(columns=["_store"], errors="ignore"), study, level=BUDGET_LEVEL,
-                             n_draws=n_draws, seed=seed)
+        est = estimate_store(rows.drop(columns=["_store"], errors="ignore"), study, n_draws=n_draws)
     except Exception as e:  # noqa: BLE001
         sec.blocks.append(Paragraph([_txt(f"Budgeted / incomplete grid: estimate failed ({type(e).__name__}: {e})")]))
         return
     gcols = [c for c in ("dataset", "model") if c in est.summary.columns]
-    trows = []
+    trows, notes = [], []
     for key, g in est.summary.groupby(gcols, sort=False):
         key = key if isinstance(key, tuple) else (key,)
         gd = dict(zip(gcols, key))
@@ -571,7 +628,9 @@ def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind:
                 c.parts.append((f" ({x['unit']})", None, None))
             r.append(c)
         trows.append(r)
-        how.append({"study": kind, "model": m, "dataset": ds, "prefix": prefix, "budgeted": True,
+        if bm.get("note"):
+            notes.append(f"{m} / {ds}: {bm['note']}.")
+        how.append({"study": kind, "model": m, "dataset": ds, "prefix": prefix, "budgeted": True, "level": est.level,
                     "n_variants": int(est.units[np.logical_and.reduce([est.units[c].astype(str) == str(v)
                                                                        for c, v in gd.items()])].shape[0])})
         u = est.units[np.logical_and.reduce([est.units[c].astype(str) == str(v) for c, v in gd.items()])]
@@ -582,9 +641,10 @@ def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind:
                                 {"mean": "mean", "best": "best", "worst": "worst"}.get(s, s.replace("q", "") + "th pct")
                                 for s in STATISTICS], trows,
                             note=f"PromptEval-style IRT estimate of the whole grid from the cells run "
-                                 f"(mmfragile.budget.estimate_store): plug-in estimate [{int(BUDGET_LEVEL * 100)} % "
-                                 f"posterior-predictive interval, {n_draws} draws, seed {seed}]. The intervals of the "
-                                 "extremes (best / worst, 5th / 95th pct) under-cover (notebooks 35 / 42)."))
+                                 f"(mmfragile.budget.estimate_store): plug-in estimate [{int(est.level * 100)} % "
+                                 f"posterior-predictive interval, {n_draws} draws, seed {STORE_SEED}]. The intervals of "
+                                 "the extremes (best / worst, 5th / 95th pct) under-cover (notebooks 35 / 42)."
+                                 + "".join(f" {n}" for n in notes)))
     if len(est.ranks):
         rrows = []
         for t in est.ranks.itertuples():
@@ -600,14 +660,15 @@ def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind:
 
 # ================================================================================================ study 2
 def _prompt_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int, level: float,
-                    budget_draws: int) -> tuple[Section | None, list[dict]]:
+                    budget_draws: int | None) -> tuple[Section | None, list[dict]]:
     from mmfragile.studies.promptception import metrics as pm
     from mmfragile.studies.promptception.prompts import get_prompt_type
     from mmfragile.studies import promptception as pcs
 
     frames = []
+    labels = model_labels(stores)[0]
     for st in stores:
-        df = st.read()
+        df = _store_rows(st, labels)
         if len(df):
             frames.append(df.assign(exclude_refusals=bool(st.config.get("exclude_refusals", False)), _store=str(st.root)))
     if not frames:
@@ -693,10 +754,10 @@ def _prompt_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int
                 low = _f(v) is not None and v < 75
                 r.append(doc.num(metric_key("coverage", m, ds, "category", c), v, 0, cls="collapse" if low else ""))
                 if low:
-                    collapses.append(f"{m} / {ds}: category {c} ({v:.0f} %)")
+                    collapses.append(f"{m} / {ds}: category {_category(c)} ({v:.0f} %)")
             crow.append(r)
         sec.blocks.append(Table(doc.uid("prompts-coverage"), "Answer extracted (%) by prompt category",
-                                ["model", "benchmark"] + [f"cat. {c}" for c in cats], crow,
+                                ["model", "benchmark"] + [_category(c) for c in cats], crow,
                                 note="Share of responses from which a letter was extracted (stage 1 regex / option-text "
                                      "match, or stage 2). Red: below 75 %."))
         sec.blocks.append(Paragraph([_txt("Coverage collapses: " + ("; ".join(collapses) if collapses else "none."))]))
@@ -730,8 +791,15 @@ def _prompt_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int
         sec.blocks.append(Paragraph([_txt("The mixed model of the format factors applies to study 1; for prompts the "
                                           "category-level spread is in the coverage and distribution tables above.")]))
     if budgeted:
-        _budget_block(doc, sec, sel(raw, set(budgeted)), "promptception", "prompts", "prompt", budget_draws, seed, how)
+        _budget_block(doc, sec, sel(raw, set(budgeted)), "promptception", "prompts", "prompt", budget_draws, how)
     return sec, how
+
+
+def _category(c: int) -> str:
+    """A Promptception category as '<number> <name>' (Table 1)."""
+    from mmfragile.studies.promptception.metrics import CATEGORY_NAMES
+
+    return f"{c} {CATEGORY_NAMES[int(c)]}"
 
 
 def _supports(get_prompt_type, pid: str, modality: str) -> bool:
@@ -762,6 +830,7 @@ def _judge_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int,
                                 if "prompt_variant" in rows else jb.main_rows(rows), by=("judge", "perturbation"))
     pf_idx = pf.set_index(["judge", "perturbation"]) if len(pf) else None
     how: list[dict] = []
+    unparsed: list[str] = []       # judges without one BD / BC value: no judgment pair parsed
     for judge, g in bs.groupby("judge", sort=False):
         trows, vals = [], {}
         for t in g.itertuples():
@@ -791,6 +860,8 @@ def _judge_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int,
                           doc.count(metric_key("judge", judge, "original", "n_abstained"), pr["n_abstained"]),
                           doc.num(metric_key("judge", judge, "original", "parse_failure_pct"), 100 * pr["parse_failure_rate"], 1)])
         agg = jm.aggregate_reliability(pd.Series(vals))
+        if all(_f(v) is None for v in vals.values()):
+            unparsed.append(str(judge))
         sec.blocks.append(Table(doc.uid(f"judge-{judge}"), f"Judge {judge}: BD / BC per perturbation",
                                 ["perturbation", "dimension", "metric", f"value [{int(level * 100)} % CI]", "pairs",
                                  "unparseable", "abstained", "parse failures (%)"], trows,
@@ -802,8 +873,12 @@ def _judge_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int,
             ([("; ", None, None)] if k else []) + [(f"{c} ", None, None),
                                                    doc.span(metric_key("judge", judge, "aggregate", c), agg.get(c), 3)]])]))
         how.append({"study": "judge", "judge": judge, "n_pert": len(g), "agg": agg})
-    _figure(doc, sec, "judge-bias", "BD / BC per perturbation",
-            lambda: _judge_figure(bs, pairs, doc.metrics))
+    if unparsed:  # an empty chart would look like a judge that scored 0
+        sec.blocks.append(Paragraph([_txt(f"No judgment parsed for {', '.join(unparsed)}: no BD / BC to plot "
+                                          "(every pair has an unparseable score - see the parse failures above).")]))
+    drawn = bs[~bs["judge"].astype(str).isin(unparsed)]
+    if len(drawn):
+        _figure(doc, sec, "judge-bias", "BD / BC per perturbation", lambda: _judge_figure(drawn, pairs, doc.metrics))
     if pair_stores:
         prs = _read(pair_stores)
         if len(prs) and "experiment" in prs.columns:
@@ -967,10 +1042,14 @@ def _how_section(doc: _Doc, how: list[dict], level: float) -> Section:
                      (" pp", None, None)]
             if unit == "prompt":
                 parts += [(", and the 10 % trimmed mean ", None, None), sp(f"{p}/trimmed_mean"), (" %", None, None)]
-            parts += [(f" - beside the {std} (", None, None), sp(std_key), (" %). Do not quote the best "
-                                                                             f"{unit} ({h['best_name']}, ", None, None),
-                      sp(f"{p}/max"), (" %): it was picked after the fact and overstates the mean by ", None, None),
-                      (f"{(m_[f'{p}/max'] or 0) - (m_[f'{p}/mean'] or 0):.1f}", None, None), (" pp.", None, None)]
+            parts += [(f" - beside the {std} (", None, None), sp(std_key), (" %).", None, None)]
+            if sp(f"{p}/max")[0] == sp(f"{p}/mean")[0]:  # best = mean as shown: every variant scores the same
+                parts += [(f" All {h['n_variants']} {unit}s score the same here (to 0.1 pp): there is no best {unit} to "
+                           "single out.", None, None)]
+            else:
+                parts += [(f" Do not quote the best {unit} ({h['best_name']}, ", None, None), sp(f"{p}/max"),
+                          (" %): it was picked after the fact and overstates the mean by ", None, None),
+                          (f"{(m_[f'{p}/max'] or 0) - (m_[f'{p}/mean'] or 0):.1f}", None, None), (" pp.", None, None)]
             if unit == "format":
                 parts += [(" The standard format differs from the mean by ", None, None),
                           sp(f"{p}/standard_minus_mean"), (f" pp ({L} ", None, None),
@@ -992,7 +1071,7 @@ def _how_section(doc: _Doc, how: list[dict], level: float) -> Section:
         elif h.get("budgeted"):
             parts = [(f"{h['model']} on {h['dataset']} (budgeted: ", None, None), sp(f"{p}/budget_pct", 1),
                      (" % of the grid run): quote the estimated mean ", None, None), sp(f"{p}/mean"),
-                     (f" % ({int(BUDGET_LEVEL * 100)} % interval ", None, None), sp(f"{p}/mean/ci_low"), ("-", None, None),
+                     (f" % ({int(h['level'] * 100)} % interval ", None, None), sp(f"{p}/mean/ci_low"), ("-", None, None),
                      sp(f"{p}/mean/ci_high"), ("), 5th percentile ", None, None), sp(f"{p}/q05"),
                      (" % and the budget spent, and say that the rest of the grid is estimated.", None, None)]
             sec.blocks.append(Paragraph([Cell(parts)], "how"))
@@ -1144,13 +1223,14 @@ def _render_md(doc: _Doc, title: str, meta: str, prov: list[dict], fig_paths: di
 
 # ================================================================================================ entry point
 def build_report(stores: Sequence[str | Path] | str | Path, out: str | Path, *, n_boot: int = DEFAULT_N_BOOT,
-                 seed: int = DEFAULT_SEED, level: float = LEVEL, budget_draws: int = BUDGET_DRAWS,
+                 seed: int = DEFAULT_SEED, level: float = LEVEL, budget_draws: int | None = None,
                  title: str | None = None) -> Report:
     """Write ``report.html``, ``report.md``, ``report.json`` (and ``figures/*.png``) for ``stores`` into ``out``.
 
     ``stores``: store folders, or folders holding stores (any study; a results folder of several models counts as
     all of them). ``n_boot`` bootstrap draws over questions with ``seed`` (deterministic), ``level`` the interval
-    coverage; ``budget_draws`` posterior draws for budgeted / incomplete grids."""
+    coverage; ``budget_draws`` posterior draws for budgeted / incomplete grids (default: the store estimate's,
+    :data:`mmfragile.budget.STORE_DRAWS`, so the numbers equal ``mmfragile run --budget``'s)."""
     from mmfragile import __version__
 
     if isinstance(stores, (str, Path)):
@@ -1160,6 +1240,8 @@ def build_report(stores: Sequence[str | Path] | str | Path, out: str | Path, *, 
     for st in found:
         by_study.setdefault(_study(st), []).append(st)
     doc = _Doc()
+    for group in by_study.values():
+        doc.notes += model_labels(group)[1]
     how: list[dict] = []
     for study, fn in (("format-bias", _format_section), ("promptception", _prompt_section)):
         if study in by_study:

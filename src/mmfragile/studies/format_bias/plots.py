@@ -99,18 +99,22 @@ def _factor_heatmaps(df: pd.DataFrame, value: str, panel_col: str, row_col: str,
         ax.set_xticklabels([LEVEL_LABELS.get(l, l) for _, l in cols], rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels(rows, fontsize=8.5)
-        ax.set_title(str(p), fontsize=10, fontweight="bold", pad=16)
-        # factor separators and factor labels on top
-        j = 0
+        ax.set_title(str(p), fontsize=10, fontweight="bold")
+        # factor separators; the factor labels as a top axis, so the layout puts the panel title above them
+        j, centres, names = 0, [], []
         for f in FACTORS:
             k = sum(1 for c in cols if c[0] == f)
             if k == 0:
                 continue
             if j > 0:
                 ax.axvline(j - 0.5, color="white", lw=3)
-            ax.text(j + (k - 1) / 2, -0.6, FACTOR_LABELS[f], ha="center", va="bottom", fontsize=7.5,
-                    color="#444444")
+            centres.append(j + (k - 1) / 2)
+            names.append(FACTOR_LABELS[f])
             j += k
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(centres, names, fontsize=7.5, color="#444444")
+        top.tick_params(length=0)
+        top.spines["top"].set_visible(False)
         ax.tick_params(length=0)
         for s in ax.spines.values():
             s.set_visible(False)

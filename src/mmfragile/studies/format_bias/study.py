@@ -11,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 
-from mmfragile.data.loaders import load_dataset
 from mmfragile.data.video import question_media
 from mmfragile.models.base import MLLM
 from mmfragile.runner import EvalItem, exact_match_score
@@ -56,7 +55,7 @@ def _standard(params: dict) -> tuple[bool, str | None]:
 
 def load(ctx: RunContext) -> pd.DataFrame:
     """The question table; a dataset without a standard format stops here, before any model loads."""
-    qs = load_dataset(ctx.dataset, n=ctx.n, skip_bad_rows=ctx.params["skip_bad_rows"])
+    qs = ctx.questions(ctx.n, ctx.params["skip_bad_rows"])
     include, name = _standard(ctx.params)
     if name:
         attrs = dict(qs.attrs)

@@ -60,7 +60,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mmfragile.studies.judgebias.metrics import PERTURBATIONS
+from mmfragile.studies.judgebias.metrics import PERTURBATIONS, bias_scores
 from mmfragile.models.base import MLLM
 from mmfragile.studies.judgebias.perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_perturbation,
                              save_perturbed)
@@ -72,11 +72,11 @@ from mmfragile.store import ResultStore
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "DATASET", "SELFGEN_DATASET", "EXPERIMENTS",
-    "applicable", "scene_description", "scene_captioner", "build_judge_conditions", "release_conditions",
+    "applicable", "unavailable", "scene_description", "scene_captioner", "build_judge_conditions", "release_conditions",
     "judgment_seed", "main_rows", "JudgeRunReport", "parse_prompt_variant", "sample_group",
     "PairItem", "position_pairs", "verbosity_pairs", "make_verbose", "alternative_response",
     "reference_responses", "selfgen_samples", "selfgen_sample", "selfgen_group", "open_stores", "store_config",
-    "judgment_table", "position_table", "verbosity_table", "selfgen_table", "parse_failure_table",
+    "judgment_table", "bias_table", "position_table", "verbosity_table", "selfgen_table", "parse_failure_table",
 ]
 
 #: Judge output budget. The paper allows 16384 tokens (Sec. 4.1); on CPU we cap it. SmolLM2 usually writes
@@ -105,6 +105,40 @@ def applicable(perturbation: str, sample: JudgeSample) -> bool:
     return not sample.is_text_only
 
 
+def unavailable(perturbations: Iterable[str], samples: Sequence[JudgeSample]) -> dict[str, str]:
+    """The ``perturbations`` no sample of ``samples`` can take, each with the reason (what the records lack):
+    the image ones need an image, Unnecessary-Image a text-only record and an image to add, the misalignments
+    a second record to take the query / image from, Detail-Description a description of the image (a record's
+    ``caption`` or the synthetic scene's facts)."""
+    with_image = [s for s in samples if not s.is_text_only]
+    items = {str(s.meta.get("item_id", s.sample_id)) for s in samples}
+    image_items = {str(s.meta.get("item_id", s.sample_id)) for s in with_image}
+    out = {}
+    for p in dict.fromkeys(str(p) for p in perturbations):
+        if p == UNPERTURBED:
+            continue
+        if p in _IMAGE_FREE_PERTURBATIONS:
+            why = ("it adds an unrelated image to a text-only record, and every record has an image"
+                   if len(with_image) == len(samples) else "no record has an image to add" if not with_image else "")
+        elif not with_image:
+            why = "it changes the image, and no record has one"
+        elif p == "instruction_misalignment" and len(items) < 2:
+            why = "it takes the query of another record, and there is only one"
+        elif p == "image_misalignment" and len(image_items) < 2:
+            why = "it takes the image of another record, and only one has an image"
+        elif p == "detail_description" and not any(_describable(s) for s in with_image):
+            why = "it appends a description of the image to the query: give the records a 'caption'"
+        else:
+            why = ""
+        if why:
+            out[p] = why
+    return out
+
+
+def _describable(sample: JudgeSample) -> bool:
+    return bool(sample.meta.get("caption") or sample.meta.get("objects"))
+
+
 _ROWS = ("top", "middle", "bottom")
 _COLS = ("left", "centre", "right")
 
@@ -131,13 +165,15 @@ def scene_description(meta: Mapping[str, Any], size: tuple[int, int]) -> str:
 
 
 def scene_captioner(sample: JudgeSample) -> Callable:
-    """``captioner(image) -> str`` for :func:`~mmfragile.studies.judgebias.perturbations.detail_description` that describes
-    ``sample``'s synthetic scene from its facts (the image only supplies the size)."""
+    """``captioner(image) -> str`` for :func:`~mmfragile.studies.judgebias.perturbations.detail_description`: the
+    record's own ``caption`` (``meta["caption"]``, flat judge data) if it has one, else a description of ``sample``'s
+    synthetic scene from its facts (the image only supplies the size)."""
+    given = sample.meta.get("caption")
 
     def caption(img) -> str:
-        return scene_description(sample.meta, img.size)
+        return str(given) if given else scene_description(sample.meta, img.size)
 
-    caption.__name__ = "scene_facts_captioner"
+    caption.__name__ = "record_caption" if given else "scene_facts_captioner"
     return caption
 
 
@@ -345,8 +381,11 @@ class PairItem:
 
 def alternative_response(sample: JudgeSample) -> str:
     """A second high-quality response with the same content as a correct synthetic response (position
-    bias needs "two high-quality responses", App. H): the answer restated from the scene facts."""
+    bias needs "two high-quality responses", App. H): the record's ``reference`` answer if it has one, else the
+    answer restated from the scene facts."""
     m = sample.meta
+    if m.get("reference"):
+        return str(m["reference"])
     qt = m.get("question_type")
     if qt == "count":
         k = int(m["count"])
@@ -457,10 +496,13 @@ def selfgen_group(sample: JudgeSample) -> str:
 
 
 def reference_responses(samples: Sequence[JudgeSample], kind: str = "good", name: str = "reference") -> list[JudgeSample]:
-    """The dataset's own responses of ``meta["kind"] == kind`` (the correct ones by default) as a further
-    "generator" ``name`` for the self-enhancement comparison - a quality anchor next to the models'
-    responses (same ids and dataset scheme as the generators' responses, :func:`selfgen_sample`)."""
-    return [selfgen_sample(s, s.response, name) for s in samples if s.meta.get("kind") == kind]
+    """The dataset's own responses of ``meta["kind"] == kind`` (the correct ones by default) - or, for flat judge
+    data, each item's ``reference`` answer (``meta["reference"]``) - as a further "generator" ``name`` for the
+    self-enhancement comparison - a quality anchor next to the models' responses (same ids and dataset scheme as
+    the generators' responses, :func:`selfgen_sample`)."""
+    kept = [selfgen_sample(s, s.response, name) for s in samples if s.meta.get("kind") == kind]
+    return kept + [selfgen_sample(s, str(s.meta["reference"]), name) for s in selfgen_samples(samples)
+                   if s.meta.get("reference") and "kind" not in s.meta]
 
 
 # ---------------------------------------------------------------------------------------------- stores, tables
@@ -517,6 +559,16 @@ def judgment_table(rows: pd.DataFrame | ResultStore, prompt_variant: str | None 
             "modality", "gold_score", "parse_error"]
     d["run"] = d["run"].astype(int)
     return d[cols].reset_index(drop=True)
+
+
+def bias_table(rows: pd.DataFrame | ResultStore, prompt_variant: str = "original") -> pd.DataFrame:
+    """BD / BC per judge and perturbation of the main score rows of ``prompt_variant``
+    (:func:`~mmfragile.studies.judgebias.metrics.bias_scores`: ``value``, ``n_pairs``, ``n_unparseable`` ...); empty
+    without unbiased judgments to compare with."""
+    d = judgment_table(rows, prompt_variant)
+    if d.empty or not (d["perturbation"] == UNPERTURBED).any():
+        return pd.DataFrame()
+    return bias_scores(d)
 
 
 def selfgen_table(rows: pd.DataFrame | ResultStore, prompt_variant: str = "original") -> pd.DataFrame:

@@ -17,7 +17,10 @@ either of two shapes:
 
   Aliases accepted: ``id``/``question_id`` for ``sample_id``; ``instruction``/``question``/
   ``prompt`` for ``query``; ``image``/``image_path``/``image_paths`` for ``images``; ``answer``/
-  ``output`` for ``response``; ``score``/``rating`` for ``gold_score``. Unknown keys go to meta.
+  ``output`` for ``response``; ``score``/``rating`` for ``gold_score``; ``reference_answer``/``reference_response``
+  for ``reference`` (a reference answer, kept in ``meta["reference"]``). Unknown keys go to meta (a ``caption`` of
+  the image feeds the Detail-Description perturbation); ``meta["dataset"]`` defaults to the file's stem.
+  ``docs/judge-data.md`` shows a user's file run through the study.
 
 * **paired** - the released MM-JudgeBias records: HF ``naver-ai/MM-JudgeBias`` (split ``test``; the
   ``datasets`` parquet export ``data/test-*.parquet``, or JSON/JSONL), with the fields of the authors'
@@ -53,7 +56,7 @@ import numpy as np
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from mmfragile.data.images import store_image_bytes
-from mmfragile.schema import DataError, check_image
+from mmfragile.schema import DataError, check_image, row_error
 from mmfragile.studies.judgebias.catalog import UNPERTURBED
 
 __all__ = ["make_judge_set", "make_easy_vqa_judge_set", "EASY_VQA_JUDGE_DATASET", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS",
@@ -436,6 +439,7 @@ _QUERY_KEYS = ("query", "instruction", "question", "prompt")
 _RESPONSE_KEYS = ("response", "answer", "output", "candidate_response")
 _IMAGE_KEYS = ("images", "image", "image_path", "image_paths", "img")
 _SCORE_KEYS = ("gold_score", "score", "rating")
+_REFERENCE_KEYS = ("reference", "reference_answer", "reference_response")
 _PAIRED_REQUIRED = ("id", "bias_type", "response", "unbiased_instruction", "biased_instruction")
 _LIST_KEYS = ("data", "samples", "records", "items")
 
@@ -609,14 +613,18 @@ def _flat(rec: dict, where: str, file: Path, row: int, images_dir: Path | None, 
     images, paths = _load_images(rec.get(ik) if ik else None, ik or "images", base, images_dir, where, load)
     idk = _first_key(rec, _ID_KEYS)
     sid = str(rec[idk]) if idk is not None and rec[idk] not in (None, "") else f"{file.stem}-{row}"
+    rk = _first_key(rec, _REFERENCE_KEYS)
     used = {idk, _first_key(rec, _QUERY_KEYS), _first_key(rec, _RESPONSE_KEYS), ik, _first_key(rec, _SCORE_KEYS),
-            "meta", "image_sha256"}
+            rk, "meta", "image_sha256"}
     raw_meta = rec.get("meta") or {}
     if not isinstance(raw_meta, dict):
         raise DataError(f"{where}: field 'meta' must be an object, got {type(raw_meta).__name__}")
     meta = dict(raw_meta)
     meta.update({k: v for k, v in rec.items() if k not in used})
+    if rk is not None and rec[rk] not in (None, ""):
+        meta["reference"] = _text_field(rec, (rk,), "reference", where)
     meta.setdefault("perturbation", UNPERTURBED)
+    meta.setdefault("dataset", file.stem)  # the store's dataset key: the file's name, unless the record names one
     if paths:
         meta["image_paths"] = paths
     expected = rec.get("image_sha256")
@@ -725,7 +733,7 @@ def load_judge_dir(path: str | Path, *, images_dir: str | Path | None = None, lo
                                         f"{s.perturbation!r} (first seen at {seen[key]})")
             except DataError as e:
                 if skipped is None:
-                    raise
+                    raise row_error(e, f, int(row))
                 skipped.append({"file": str(f), "row": int(row), "reason": str(e)})
                 continue
             for s in new:

@@ -300,6 +300,9 @@ def bias_scores(df: pd.DataFrame, *, scale: int = 10, reference: str = REFERENCE
             n_no_reference=int((g["status"] == "no_reference").sum()),
             abstain_ratio=n_na / len(g),
         ))
+    if not rows:  # e.g. one shard holding unbiased judgments only: nothing to compare yet
+        return pd.DataFrame(columns=["judge", "perturbation", "dimension", "metric", "value", "n_pairs", "n_total",
+                                     "n_y1", "n_unparseable", "n_abstained", "n_no_reference", "abstain_ratio"])
     out = pd.DataFrame(rows)
     order = {p: i for i, p in enumerate(PERTURBATIONS)}
     out["_o"] = out["perturbation"].map(lambda p: order.get(p, len(order)))

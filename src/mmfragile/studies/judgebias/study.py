@@ -28,11 +28,11 @@ from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, StageTask, Study, csv_list, register
 from mmfragile.studies.judgebias.analysis import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
                                                   EXPERIMENTS, JudgeRunReport, PairItem, _can_take, _check_decoding,
-                                                  _choice_row, _dataset, _score_row, build_judge_conditions,
+                                                  _choice_row, _dataset, _score_row, bias_table, build_judge_conditions,
                                                   judgment_seed, parse_failure_table, parse_prompt_variant,
                                                   position_pairs, reference_responses, release_conditions,
                                                   sample_group, selfgen_group, selfgen_sample, selfgen_samples,
-                                                  store_config, verbosity_pairs)
+                                                  store_config, unavailable, verbosity_pairs)
 from mmfragile.studies.judgebias.data import (EASY_VQA_JUDGE_DATASET, JudgeSample, load_judge_dataset,
                                                make_easy_vqa_judge_set, make_judge_set)
 from mmfragile.studies.judgebias.metrics import PERTURBATIONS
@@ -81,19 +81,29 @@ def _builtin_set(dataset: str | None):
 
 
 def load(ctx: RunContext) -> JudgeData:
-    """A generated judge set (``dataset`` "synthetic" or "easy-vqa-judge", written under ``<folder>/data``, perturbed
-    inputs saved for audit under ``<folder>/audit``) or the released benchmark (``mm-judgebias:<data>[::<images>]``)."""
+    """A generated judge set (``dataset`` "synthetic" or "easy-vqa-judge", written under ``<folder>/data``), a user's
+    flat records (``judge-dir:<file or folder>``, docs/judge-data.md) - both perturbed here, the judged inputs saved
+    for audit under ``<folder>/audit`` - or the released benchmark's own pairs (``mm-judgebias:<data>[::<images>]``).
+    A perturbation no record can take is left out with a warning and listed in ``run_info["left_out"]``."""
     p = ctx.params
     _check_decoding(p["decoding"], p["runs"])
+    if ctx.table is not None:
+        raise ValueError("the judge study reads judge samples, not a question table: pass dataset='judge-dir:<file>' "
+                         "(docs/judge-data.md) or 'mm-judgebias:<data>'")
+    bad: list[dict] = []
     if _builtin_set(ctx.dataset):
         samples = _builtin_set(ctx.dataset)(p["n_samples"], p["seed"], ctx.folder / "data")
-        conditions = build_judge_conditions(samples, p["perturbations"], p["seed"], ctx.folder / "audit")
-        bad: list[dict] = []
     else:
-        bad = []
         samples = load_judge_dataset(ctx.dataset, n=p["n_samples"], skipped=bad if p["skip_bad_rows"] else None)
-        conditions = release_conditions(samples, p["perturbations"])
-    ctx.run_info = {"n_samples": len(samples), "skipped_rows": bad}
+    if any(s.meta.get("role") in ("unbiased", "biased") for s in samples):  # the release: its fixed pairs
+        conditions, left_out = release_conditions(samples, p["perturbations"]), {}
+    else:
+        left_out = unavailable(p["perturbations"], samples)
+        for name, why in left_out.items():
+            warnings.warn(f"{name} left out: {why}")
+        conditions = build_judge_conditions(samples, [x for x in p["perturbations"] if x not in left_out], p["seed"],
+                                            ctx.folder / "audit")
+    ctx.run_info = {"n_samples": len(samples), "skipped_rows": bad, "left_out": left_out}
     return JudgeData(samples, conditions)
 
 
@@ -187,6 +197,15 @@ def pair_items(judge: MLLM, units: Sequence[PairItem], params: dict, skipped: li
     return items
 
 
+def pair_units(ctx: RunContext) -> list[PairItem]:
+    """Position and verbosity pairs of the correct responses (``meta["kind"] == "good"``) of a generated set; of a
+    user's records (no ``kind``: docs/judge-data.md) every response, position-paired with its ``reference``."""
+    samples = ctx.data.samples
+    kinds = None if not any("kind" in s.meta or s.meta.get("role") for s in samples) else ("good",)
+    return (position_pairs(samples, kinds=kinds)
+            + verbosity_pairs(samples, seed=ctx.params["seed"], kinds=kinds))
+
+
 def pair_group(unit: PairItem) -> str:
     return question_group(unit.dataset, unit.sample_id)
 
@@ -241,6 +260,7 @@ def _batch(p: dict) -> dict:
 def _summarize(stores: dict[str, ResultStore]) -> dict:
     out = {}
     if "scores" in stores:
+        out["bias"] = bias_table(stores["scores"])
         out["parse_failures"] = parse_failure_table(stores["scores"].read(), by=("judge", "perturbation"))
     if "pairwise" in stores:
         out["pairwise_parse_failures"] = parse_failure_table(stores["pairwise"].read(), by=("judge", "experiment"))
@@ -256,8 +276,7 @@ STUDY = register(Study(
     stages=(
         Stage("scores", store="scores", units=lambda ctx: ctx.data.conditions, items=score_items, score=score_score,
               config=_config("scores"), group_of=lambda unit: sample_group(unit[1]), run_kw=_batch, unit="judgment"),
-        Stage("pairwise", store="pairwise", units=lambda ctx: (position_pairs(ctx.data.samples)
-                                                               + verbosity_pairs(ctx.data.samples, seed=ctx.params["seed"])),
+        Stage("pairwise", store="pairwise", units=pair_units,
               items=pair_items, score=lambda judge, params: lambda raw, item: _choice_row(raw),
               config=_config("pairwise"), group_of=pair_group, when=lambda p: p["pairwise"], run_kw=_batch,
               unit="judgment"),

@@ -40,7 +40,7 @@ from mmfragile.models.base import MLLM
 from mmfragile.data.video import frame_indices, question_media, sample_frames  # noqa: F401  (re-exported)
 from mmfragile.studies.promptception.prompts import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
 from mmfragile.schema import DataError, MCQuestion, row_where, skip_or_raise
-from mmfragile.models.spec import ModelSpec, figure_note_for
+from mmfragile.models.spec import ModelSpec, figure_note_for, spec_of
 from mmfragile.paths import safe_name
 from mmfragile.store import find_stores
 from mmfragile.studies.promptception.extraction import PENDING, read_answers
@@ -71,9 +71,10 @@ class PromptceptionItem(EvalItem):
 
 def resolve_model_kind(model: "MLLM | ModelSpec | str", model_kind: str = "auto") -> str:
     """The prompt variant of Appendix A: ``model_kind`` "open" / "proprietary" as given; "auto" gives
-    "proprietary" for OpenAI-compatible API models (or ``openai:`` model specs) and "open" for everything else."""
+    "proprietary" for API models (an ``openai:`` spec, the one a loaded model carries or declares: ``spec_of``)
+    and "open" for everything else."""
     if model_kind == "auto":  # API models get the proprietary variant (Appendix A), local ones the open one
-        api = model.api if isinstance(model, MLLM) else ModelSpec.parse(model).backend == "openai"
+        api = (spec_of(model) if isinstance(model, MLLM) else ModelSpec.parse(model)).backend == "openai"
         return "proprietary" if api else "open"
     return model_kind
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from mmfragile.data.loaders import load_dataset, run_info
+from mmfragile.data.loaders import run_info
 from mmfragile.models.base import MLLM
 from mmfragile.models.spec import ModelSpec, as_spec
 from mmfragile.runner import EvalItem, ScoreFn
@@ -46,7 +46,7 @@ PARAMS = (
 
 def load(ctx: RunContext) -> pd.DataFrame:
     """The question table, ``n`` questions spread over modalities and categories (:func:`select_questions`)."""
-    loaded = load_dataset(ctx.dataset, skip_bad_rows=ctx.params["skip_bad_rows"])
+    loaded = ctx.questions(skip_bad_rows=ctx.params["skip_bad_rows"])
     ctx.run_info = run_info(loaded, [])
     return select_questions(loaded, ctx.n)
 

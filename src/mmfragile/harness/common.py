@@ -1,0 +1,142 @@
+"""What every harness bridge shares: a study's grid as the rows mmfragile would send (export), and a result store
+in the native layout built from another tool's raw outputs (import).
+
+Export builds the items with the study's own stage (``Stage.items``: the same prompts, option IDs, answer IDs and
+per-item answer budgets as ``run_study``), so only the model call moves to the other tool; import scores the
+other tool's raw outputs with the study's own ``score`` function and writes a :class:`~mmfragile.store.ResultStore`
+with the config a native run of the same study, model, dataset and ``n`` writes - ``mmfragile report`` reads it
+unchanged. The option logits (study 1's confidence analysis) are not in any harness' logs and stay absent.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from mmfragile.models.base import Prompt
+from mmfragile.runner import EvalItem
+from mmfragile.store import ResultStore
+
+#: The file an export writes beside its tasks: study, model, dataset, the native store config, task -> data file.
+MANIFEST = "mmfragile_export.json"
+#: Columns of an exported data row besides the item's key (what import rebuilds the item from).
+ITEM_COLUMNS = ("prompt", "images", "option_ids", "answer_id", "max_new_tokens")
+
+
+class HarnessError(ValueError):
+    """A harness file that cannot be read back (names the file, line and what to do)."""
+
+
+class TokenBudget:
+    """The one thing the grid's item builder asks of a model before it runs - the token length of the longest option
+    ID (Sec. A.4) - answered from the checkpoint's tokenizer alone, so exporting loads no weights."""
+
+    def __init__(self, spec):
+        from transformers import AutoTokenizer
+
+        folder = spec.checkpoint_dir()
+        if folder is None:
+            raise ValueError(f"--model {spec}: no local checkpoint folder whose tokenizer sizes the answer budget; "
+                             "pass a checkpoint folder, zoo or embedded model name")
+        self.name = spec.name
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+
+    def max_id_tokens(self, ids: Sequence[str]) -> int:
+        return max(len(self.tokenizer(i, add_special_tokens=False)["input_ids"]) for i in ids)
+
+
+@dataclass
+class StudyGrid:
+    """A study's grid stage for one model, dataset and ``n``: its items, the native store config and run_info."""
+
+    study: str
+    stage: Any
+    params: dict[str, Any]
+    model: str
+    items: list[EvalItem]
+    config: dict[str, Any]
+    run_info: dict[str, Any]
+    provenance: dict[str, Any]
+
+
+def study_grid(study: str, model: str, dataset: str, n: int | None, params: Mapping[str, Any]) -> StudyGrid:
+    """The items ``run_study(study, model, dataset, n=n, **params)`` would evaluate in its grid stage."""
+    from mmfragile.models.spec import as_spec
+    from mmfragile.provenance import run_provenance
+    from mmfragile.study import RunContext, get_study
+
+    st = get_study(study)
+    spec = as_spec(model)
+    ctx = RunContext(st, spec, spec.name, dataset, n, Path("."), st.resolve(dict(params)))
+    ctx.data = st.load(ctx)
+    stage = st.stages[0]
+    resolved = {**ctx.params, "budgeted": False}
+    items = stage.items(TokenBudget(spec), stage.units(ctx), resolved, None)
+    for it in items:
+        if it.request != "generate" or it.prompt.system or it.prompt.assistant_prefix:
+            raise ValueError(f"{study}: item {it.key['variant']} needs a system prompt, assistant prefix or a "
+                             "non-generate request, which a harness' task cannot express")
+    return StudyGrid(st.name, stage, resolved, spec.name, items, stage.config(ctx), dict(ctx.run_info),
+                     run_provenance(str(spec), spec.checkpoint_dir(), dataset))
+
+
+def item_row(item: EvalItem) -> dict[str, Any]:
+    """One exported data row: the item's key columns plus the user text before the chat template, the image paths,
+    option IDs, answer ID and answer budget."""
+    return {**item.key, "prompt": item.prompt.text, "images": [str(Path(p).resolve()) for p in item.prompt.images],
+            "option_ids": list(item.option_ids), "answer_id": item.answer_id, "max_new_tokens": item.max_new_tokens}
+
+
+def row_item(row: Mapping[str, Any]) -> EvalItem:
+    """The :class:`EvalItem` back from an exported row (what the study's score function takes)."""
+    key = {k: v for k, v in row.items() if k not in ITEM_COLUMNS}
+    return EvalItem(key=key, prompt=Prompt(text=row["prompt"], images=list(row["images"])),
+                    option_ids=list(row["option_ids"]), answer_id=row["answer_id"],
+                    max_new_tokens=int(row["max_new_tokens"]))
+
+
+def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise HarnessError(f"{path}:{line_no}: not a JSON line ({e.msg})") from None
+    return rows
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        raise HarnessError(f"{folder}: no {MANIFEST}; pass the folder `mmfragile export` wrote (--export DIR)")
+    return json.loads(path.read_text())
+
+
+def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[tuple[dict, str]], model: str,
+                provenance: Mapping[str, Any]) -> ResultStore:
+    """The result store of ``scored`` = (exported row, raw output) pairs: every row scored by the study's own
+    score function, under the config of a native run (``model`` names the run as ``--model`` would)."""
+    from mmfragile.study import get_study
+
+    stage = next(s for s in get_study(manifest["study"]).stages if s.name == manifest["stage"])
+    score = stage.score(None, manifest["params"])
+    config = {**manifest["config"], "model": model}
+    store = ResultStore(out, config=config, run_info=manifest["run_info"] or None)
+    if len(store):
+        raise HarnessError(f"{out}: the store already holds {len(store)} rows; import into a new folder")
+    # the checkpoint and dataset hashes of the export's model, then what the harness ran
+    store.merge_run_info("provenance", {model: {**manifest.get("provenance", {}), **provenance}})
+    rows = []
+    for row, raw in scored:
+        it = row_item(row)
+        rows.append({"model": model, **it.key, "raw_output": raw, "option_ids": list(it.option_ids),
+                     "answer_id": it.answer_id, **score(raw, it)})
+    store.append(rows)
+    return ResultStore(store.root)

@@ -1,0 +1,227 @@
+"""lmms-eval bridge (mmfragile.harness.lmms_eval): export a study's grid as an lmms-eval task group, import lmms-eval's
+sample logs back into a result store that equals mmfragile's own run.
+
+The fast tests import sample logs written by a real lmms-eval 0.7.3 run (tests/data/lmms_eval_run/README.md says how
+they were made and cut) and compare every column with mmfragile's own run of the same requests (native_rows.json);
+the slow test does the whole round trip with the real tool (skips when scripts/install_lmms_eval.sh has not run)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mmfragile.cli import main
+from mmfragile.harness.common import MANIFEST, HarnessError
+from mmfragile.harness.lmms_eval import import_lmms_eval
+from mmfragile.store import ResultStore
+
+RUN = Path(__file__).parent / "data" / "lmms_eval_run"
+KEY = ["model", "dataset", "question_id", "variant"]
+
+
+def _native() -> pd.DataFrame:
+    return pd.DataFrame(json.loads((RUN / "native_rows.json").read_text()))
+
+
+def _cells(col: pd.Series) -> list:
+    return [list(v) if hasattr(v, "__len__") and not isinstance(v, str) else v for v in col.tolist()]
+
+
+def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values(KEY).reset_index(drop=True)
+
+
+def test_import_equals_mmfragiles_own_run(tmp_path):
+    store = import_lmms_eval([RUN / "run"], tmp_path / "store", export=RUN / "export")
+    got, want = _sorted(store.read()), _sorted(_native())
+    assert len(got) == len(want) == 16
+    assert sorted(got.columns) == sorted(want.columns)  # every native column but option_logits
+    for col in want.columns:
+        assert _cells(got[col]) == _cells(want[col]), col
+    # planted truths of the log itself: the roman format's uncovered answers are kept, scored wrong
+    assert (~got["covered"]).sum() == (~want["covered"]).sum() > 0
+    assert set(got.loc[~got["covered"], "selected_position"]) == {-1}
+
+
+def test_imported_config_is_the_native_one(tmp_path):
+    store = import_lmms_eval([RUN / "run"], tmp_path / "store", export=RUN / "export")
+    cfg = store.config
+    native = json.loads((RUN / "native_config.json").read_text())
+    assert {k: v for k, v in cfg.items() if k != "run_info"} == {k: v for k, v in native.items() if k != "run_info"}
+    prov = cfg["run_info"]["provenance"]["zoo-gemma3-good"]
+    assert prov["harness"] == "lmms-eval" and prov["harness_model"] == "llava_hf"
+    assert "device_map=cpu" in prov["model_args"]
+    assert store.check().complete and len(store) == 16
+
+
+def test_a_request_the_run_left_out_is_missing_in_the_manifest(tmp_path):
+    run = _copy_run(tmp_path)
+    log = _one_log(run)
+    lines = log.read_text().splitlines(True)
+    log.write_text("".join(lines[:3] + lines[4:]))  # doc_id 3 of the standard task not run (e.g. --limit)
+    store = import_lmms_eval([run], tmp_path / "store", export=RUN / "export")
+    check = store.check()
+    assert len(store) == 15 and not check.complete
+    row = json.loads((RUN / "export" / "data" / "mmfragile_format_bias_easy_vqa_standard.jsonl").read_text()
+                     .splitlines()[3])
+    assert check.missing.astype(str).values.tolist() == [["zoo-gemma3-good", "easy-vqa", row["question_id"],
+                                                          row["variant"]]]
+
+
+def test_report_reads_the_imported_store(tmp_path):
+    from mmfragile.report import build_report
+
+    import_lmms_eval([RUN / "run"], tmp_path / "store", export=RUN / "export")
+    rep = build_report([tmp_path / "store"], tmp_path / "report", n_boot=50)
+    assert Path(rep.html).is_file() and "zoo-gemma3-good" in Path(rep.markdown).read_text()
+
+
+def _copy_run(tmp_path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(RUN / "run", run)
+    return run
+
+
+def _one_log(run: Path) -> Path:
+    return sorted(run.rglob("*_samples_*standard.jsonl"))[0]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: {**s, "doc_id": 999}, "doc_id 999 is not a row"),
+    (lambda s: {**s, "input": s["input"] + " "}, "is not the exported prompt"),
+    (lambda s: {**s, "filtered_resps": [["A", "B"]]}, "is not one generated text"),
+])
+def test_unmatched_sample_is_an_error_naming_file_and_line(tmp_path, edit, message):
+    run = _copy_run(tmp_path)
+    log = _one_log(run)
+    lines = log.read_text().splitlines()
+    lines[2] = json.dumps(edit(json.loads(lines[2])))
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(HarnessError, match=message) as e:
+        import_lmms_eval([run], tmp_path / "store", export=RUN / "export")
+    assert f"{log}:3:" in str(e.value)
+
+
+def test_duplicate_doc_id_is_an_error(tmp_path):
+    run = _copy_run(tmp_path)
+    log = _one_log(run)
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines + [lines[0]]) + "\n")
+    with pytest.raises(HarnessError, match=f"{len(lines) + 1}: doc_id 0 already logged on line 1"):
+        import_lmms_eval([run], tmp_path / "store", export=RUN / "export")
+
+
+def _point_results_at(run: Path, export: Path) -> None:
+    """Rewrite results.json's data-file paths (the recording machine's /tmp) to ``export/data``."""
+    res = next(run.rglob("*_results.json"))
+    doc = json.loads(res.read_text())
+    for cfg in doc["configs"].values():
+        test = Path(cfg["dataset_kwargs"]["data_files"]["test"])
+        cfg["dataset_kwargs"]["data_files"]["test"] = str(export / "data" / test.name)
+    res.write_text(json.dumps(doc))
+
+
+def test_import_finds_the_export_from_results_json(tmp_path, capsys):
+    run, export = _copy_run(tmp_path), tmp_path / "export"
+    shutil.copytree(RUN / "export", export)
+    _point_results_at(run, export)
+    assert main(["import", "lmms-eval", str(run), "--out", str(tmp_path / "store")]) == 0
+    assert "16 rows stored, 16 expected by the manifests - COMPLETE" in capsys.readouterr().out
+
+
+def test_import_without_export_folder_names_what_to_pass(tmp_path, capsys):
+    run = _copy_run(tmp_path)
+    _point_results_at(run, tmp_path / "moved")
+    rc = main(["import", "lmms-eval", str(run), "--out", str(tmp_path / "store")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--export DIR" in err and "_samples_mmfragile_format_bias" in err and err.count("\n") == 1
+
+
+def test_export_writes_the_task_group(tmp_path):
+    out = tmp_path / "export"
+    assert main(["export", "lmms-eval", "--model", "zoo-gemma3-good", "--dataset", "easy-vqa", "--n", "2",
+                 "--formats", "uppercase-dot-line_break,numbers-colon-comma", "--out", str(out)]) == 0
+    man = json.loads((out / MANIFEST).read_text())
+    group = "mmfragile_format_bias_easy_vqa"
+    assert man["group"] == group and man["model"] == "zoo-gemma3-good"
+    assert (out / f"{group}.yaml").read_text().splitlines()[2:] == [f"- {t}" for t in sorted(man["tasks"])]
+    assert sorted(man["tasks"]) == [f"{group}_numbers_colon_comma", f"{group}_standard",
+                                    f"{group}_uppercase_dot_line_break"]
+    rows = [json.loads(x) for x in (out / man["tasks"][f"{group}_numbers_colon_comma"]["data"]).read_text().splitlines()]
+    n_opts = {r["question_id"]: r["n_options"] for r in rows}
+    assert len(rows) == sum(n_opts.values())  # every circular shift is a row
+    # test-6161 "Is a yellow shape present?" options [no, yes], answer no: shift 1 puts yes first, no is 2
+    row = next(r for r in rows if r["question_id"] == "test-6161" and r["shift"] == 1)
+    assert row["variant"] == "numbers-colon-comma|s1" and row["option_ids"] == ["1", "2"] and row["answer_id"] == "2"
+    assert row["prompt"] == ("Is a yellow shape present?\n1: yes, 2: no\nSelect the best answer to the above "
+                             "multiple-choice question based on the image. Respond with only the number (e.g., 1, or "
+                             "2) of the correct option and no bracket, colon, or dot.")
+    assert (row["delimiter"], row["separator"], row["option_id_set"]) == ("colon", "comma", "numbers")
+    assert row["images"] == [str(Path(row["images"][0]).resolve())] and row["images"][0].endswith(".png")
+    task_yaml = (out / f"{group}_numbers_colon_comma.yaml").read_text()
+    assert "max_new_tokens: 1\n" in task_yaml and "process_results: !function utils.process_results" in task_yaml
+    assert str(out / "data") in task_yaml  # an absolute data file path: runs from any working directory
+
+
+def test_a_longer_answer_budget_gets_its_own_task(tmp_path, monkeypatch):
+    """lmms-eval's generation settings are per task: a variant whose IDs take 2 tokens (here: counted as characters,
+    so roman "II" is 2 and "A" is 1) is a task of its own with max_new_tokens 2 (the eos trap, docs/harnesses.md)."""
+    from mmfragile.harness import common
+    from mmfragile.harness.lmms_eval import export_lmms_eval
+
+    monkeypatch.setattr(common.TokenBudget, "max_id_tokens", lambda self, ids: max(len(i) for i in ids))
+    man = export_lmms_eval("format-bias", "zoo-gemma3-good", "easy-vqa", tmp_path, n=2,
+                           formats=["uppercase-dot-comma", "roman-dot-comma"], standard_format="none")
+    group = "mmfragile_format_bias_easy_vqa"
+    assert {t: v["max_new_tokens"] for t, v in man["tasks"].items()} == {
+        f"{group}_uppercase_dot_comma": 1, f"{group}_roman_dot_comma_t2": 2}
+    assert "  max_new_tokens: 2\n" in (tmp_path / f"{group}_roman_dot_comma_t2.yaml").read_text()
+
+
+def test_export_bad_format_is_one_line_before_any_model(tmp_path, capsys):
+    rc = main(["export", "lmms-eval", "--model", "zoo-gemma3-good", "--formats", "uppercase-paren-comma",
+               "--out", str(tmp_path / "x")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "paren" in err and err.count("\n") == 1
+
+
+LMMS_VENV = Path(os.environ.get("MMFRAGILE_LMMS_EVAL_VENV",
+                                Path(os.environ.get("MMFRAGILE_CACHE", Path.home() / ".cache" / "mmfragile"))
+                                / "lmms-eval-venv"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (LMMS_VENV / "bin" / "lmms-eval").exists(),
+                    reason=f"no lmms-eval venv at {LMMS_VENV}: run scripts/install_lmms_eval.sh")
+def test_round_trip_with_real_lmms_eval(tmp_path):
+    """export -> lmms-eval (llava_hf, CPU) -> import equals run_study on the same questions and formats."""
+    from mmfragile.models.zoo import zoo_model_path
+    from mmfragile.study import run_study
+
+    formats = ["uppercase-dot-line_break"]
+    export, runs = tmp_path / "export", tmp_path / "runs"
+    assert main(["export", "lmms-eval", "--model", "zoo-gemma3-good", "--dataset", "easy-vqa", "--n", "3",
+                 "--formats", ",".join(formats), "--standard-format", "none", "--out", str(export)]) == 0
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    subprocess.run([str(LMMS_VENV / "bin" / "lmms-eval"), "--model", "llava_hf", "--model_args",
+                    f"pretrained={zoo_model_path('zoo-gemma3-good')},device_map=cpu", "--device", "cpu",
+                    "--include_path", str(export), "--tasks", "mmfragile_format_bias_easy_vqa", "--batch_size", "1",
+                    "--log_samples", "--output_path", str(runs)], check=True, env=env, cwd=tmp_path, timeout=3000)
+    assert main(["import", "lmms-eval", str(runs), "--out", str(tmp_path / "store")]) == 0
+    got = _sorted(ResultStore(tmp_path / "store").read())
+    native = run_study("format-bias", "zoo-gemma3-good", "easy-vqa", n=3, formats=formats, standard_format="none",
+                       out=tmp_path / "native", progress=False).stores["grid"].read()
+    want = _sorted(native.drop(columns=["option_logits"]))
+    assert len(got) == len(want) > 0
+    assert got["raw_output"].tolist() == want["raw_output"].tolist()
+    pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False)
+    assert ResultStore(tmp_path / "store").config == {**ResultStore(tmp_path / "native").config,
+                                                      "run_info": ResultStore(tmp_path / "store").config["run_info"]}
+    assert main(["report", str(tmp_path / "store"), "--out", str(tmp_path / "report"), "--n-boot", "20"]) == 0
