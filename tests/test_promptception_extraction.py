@@ -8,10 +8,12 @@ import math
 import zlib
 
 import pandas as pd
+import pytest
 
+from mmfragile.errors import UsageError
 from mmfragile.extraction import extract_answer
 from mmfragile.models.base import MLLM
-from mmfragile.models.spec import as_spec
+from mmfragile.models.spec import spec_of
 from mmfragile.schema import MCQuestion
 from mmfragile.store import ResultStore
 from mmfragile.study import RunContext, StageTask, get_study, run_study
@@ -90,10 +92,10 @@ def test_extraction_is_batched_and_gives_the_per_item_letters(tmp_path):
 
 
 def test_killed_extraction_resumes_and_a_missing_one_is_out_of_coverage(tmp_path):
-    answerer, extractor = Scripted("answerer"), Scripted("matcher")
-    loader = {"answerer": answerer, "matcher": extractor}
-    kw = dict(RUN, n=4, extractor="matcher", batch_size=3, exclude_refusals=True)
-    run = run_study("promptception", "answerer", "synthetic-vqa", out=tmp_path, stages=["prompts"],
+    answerer, extractor = Scripted("answerer"), Scripted("smollm2")   # the extractor stands in for smollm2
+    loader = {"answerer": answerer, "smollm2": extractor}
+    kw = dict(RUN, n=4, extractor="smollm2", batch_size=3, exclude_refusals=True)
+    run = run_study("promptception", answerer, "synthetic-vqa", out=tmp_path, stages=["prompts"],
                     models=lambda spec: loader[spec.name], **kw)
     n = int((run.table().extraction_stage == PENDING).sum())
     assert n > 6 and answerer.matcher_calls() == []
@@ -101,7 +103,7 @@ def test_killed_extraction_resumes_and_a_missing_one_is_out_of_coverage(tmp_path
     study = get_study("promptception")
     stage = study.stage("extraction")
     params = study.resolve({k: v for k, v in kw.items() if k not in ("n", "progress")})
-    ctx = RunContext(study, as_spec("answerer"), "answerer", "synthetic-vqa", kw["n"], tmp_path, params, data=run.data)
+    ctx = RunContext(study, spec_of(answerer), "answerer", "synthetic-vqa", kw["n"], tmp_path, params, data=run.data)
     store = ResultStore(tmp_path / stage.store, config=stage.config(ctx))
     StageTask("promptception", "extraction", tuple(sorted(params.items())), stop_after=4)(
         extractor, stage.units(ctx), store)
@@ -112,7 +114,7 @@ def test_killed_extraction_resumes_and_a_missing_one_is_out_of_coverage(tmp_path
     assert len(missing) == n - 6 and not missing.covered.any() and not missing.correct.any()
     # the rerun extracts only the rest, through the run's model loader
     extractor.calls.clear()
-    again = run_study("promptception", "answerer", "synthetic-vqa", out=tmp_path,
+    again = run_study("promptception", answerer, "synthetic-vqa", out=tmp_path,
                       models=lambda spec: loader[spec.name], **kw)
     assert again.new_rows == {"prompts": 0, "extraction": n - 6}
     assert sum(extractor.matcher_calls()) == n - 6 and len(extractor.matcher_calls()) == math.ceil((n - 6) / 3)
@@ -121,6 +123,13 @@ def test_killed_extraction_resumes_and_a_missing_one_is_out_of_coverage(tmp_path
     joined = read_answers(tmp_path)
     _same(joined, _one_by_one(joined, run.data, Scripted("reference"), refusals=True))
     assert (joined.refusal == (joined.extraction_stage == "refusal")).all()
+
+
+def test_an_unknown_extractor_fails_before_any_model_runs(tmp_path):
+    model = Scripted("scripted")
+    with pytest.raises(UsageError, match="no-such-matcher"):
+        run_study("promptception", model, "synthetic-vqa", out=tmp_path, extractor="no-such-matcher", **RUN)
+    assert model.calls == [] and not (tmp_path / "parts").exists()
 
 
 def test_with_extraction_joins_by_answer_model_and_key():

@@ -45,7 +45,10 @@ PARAMS = (
 
 
 def load(ctx: RunContext) -> pd.DataFrame:
-    """The question table, ``n`` questions spread over modalities and categories (:func:`select_questions`)."""
+    """The question table, ``n`` questions spread over modalities and categories (:func:`select_questions`).
+    An ``extractor`` that names no model fails here, in one line, before any model loads."""
+    if ctx.params["extractor"] not in (None, "", ctx.model_name):  # the evaluated model itself is checked already
+        extractor_spec(ctx)[0].check()
     loaded = ctx.questions(skip_bad_rows=ctx.params["skip_bad_rows"])
     ctx.run_info = run_info(loaded, [])
     return select_questions(loaded, ctx.n)
