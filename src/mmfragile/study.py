@@ -4,8 +4,8 @@ A :class:`Study` is a named record (as a task in ``inspect_ai``): its parameters
 stages. A :class:`Stage` is one kind of work into one result store: the units it splits by question group
 (question records, judge conditions, response pairs ...), the evaluation items it makes of them, how it scores
 an output, the store's configuration, and whether a budgeted design applies. Study 1 has the format grid and
-CP-LN, study 2 one stage of prompts, study 3 the score-wise judgments, the pairwise ones, the generators'
-responses and the judge's scores of them (self-enhancement).
+CP-LN, study 2 the prompts and (with an extractor) their stage-2 answer extraction, study 3 the score-wise
+judgments, the pairwise ones, the generators' responses and the judge's scores of them (self-enhancement).
 
 :func:`run_study` runs any of them the same way - in one process, as one ``--shard i/n`` of it, on Ray workers
 (:func:`mmfragile.distributed.run_on_ray`) or as a budgeted share of a grid (:mod:`mmfragile.budget`) - through

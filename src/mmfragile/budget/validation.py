@@ -106,7 +106,12 @@ def complete_grid(source: str, study: str = "format-bias", datasets: Sequence[st
     stores = find_stores(source, study, default_study=study)
     if not stores:
         raise DataError(f"{source}: no {study!r} result stores under this folder")
-    rows = pd.concat([st.read() for st in stores], ignore_index=True)
+    if fb:
+        rows = pd.concat([st.read() for st in stores], ignore_index=True)
+    else:  # stage-2 extractions joined in
+        from mmfragile.studies.promptception.extraction import read_answers
+
+        rows = pd.concat([read_answers(st) for st in stores], ignore_index=True)
     cells = B.format_bias_cells(rows) if fb else B.promptception_cells(rows)
     full = cells.groupby(["model", "question"])["correct"].transform(lambda c: c.notna().all())
     if not full.any():
