@@ -426,9 +426,11 @@ class ResultStore:
             raise _ReadFailed(e) from e
         guard = _ReadGuard(f)
         try:
-            table = pq.read_table(pa.PythonFile(guard, mode="r"),
-                                  columns=list(columns) if columns is not None else None,
-                                  page_checksum_verification=True)
+            part = pq.ParquetFile(pa.PythonFile(guard, mode="r"), page_checksum_verification=True)
+            # a column asked for that this part lacks (written before the column existed) is read as missing,
+            # never as corruption: the read's caller gets nulls for it, the part stays
+            table = part.read(columns=None if columns is None else
+                              [c for c in columns if c in part.schema_arrow.names])
             missing = [c for c in self.key_columns if c not in table.column_names]
             if missing:
                 raise ValueError(f"lacks key column(s) {missing}")

@@ -454,4 +454,4 @@ def stored_keys(store: ResultStore) -> set[tuple]:
     if not len(store):
         return set()
     cols = ["dataset", "question_id", "model", "variant"]
-    return set(store.read(columns=cols).astype(str).itertuples(index=False, name=None))
+    return set(store.read(columns=cols)[cols].astype(str).itertuples(index=False, name=None))  # in this order
