@@ -16,12 +16,9 @@ import abc
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from mmfragile.models.spec import ModelSpec
 
 #: An image marker in prompt text: ``<image k>``, k counted from 1 (MMMU / MMMU-Pro spelling; the regex
 #: of MMMU-Pro's ``infer_transformers.py``, ``<image\s+(\d+)>``).
@@ -137,7 +134,7 @@ class MLLM(abc.ABC):
     checkpoint: "Path | None" = None
     #: the :class:`~mmfragile.models.spec.ModelSpec` it was loaded from (set by ``ModelSpec.load``); None for a model
     #: built by hand (:func:`~mmfragile.models.spec.spec_of` then makes one from its name and capabilities)
-    spec: "ModelSpec | None" = None
+    spec: "object | None" = None  # a ModelSpec (not imported here: models.spec imports this module)
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 16) -> list[str]:
@@ -155,3 +152,11 @@ class MLLM(abc.ABC):
     def max_id_tokens(self, ids: Sequence[str]) -> int:
         """Longest tokenized length among option IDs (Sec. A.4 of the format-bias paper)."""
         return 1
+
+
+def keyword_params(fn, skip: tuple[str, ...] = ()) -> list[str]:
+    """The parameters of ``fn`` that can be passed by keyword (a backend's declared options), but ``skip``."""
+    import inspect
+
+    return [n for n, p in inspect.signature(fn).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in skip]

@@ -106,7 +106,7 @@ def load_options() -> tuple[list[str], list[str]]:
     """The keyword arguments :meth:`HFModel.from_pretrained` takes: (its own, transformers' loading keywords)."""
     from transformers import PreTrainedModel
 
-    from mmfragile.models.spec import keyword_params
+    from mmfragile.models.base import keyword_params
 
     own = keyword_params(HFModel.from_pretrained, ("cls", "path"))
     library = keyword_params(PreTrainedModel.from_pretrained, ("pretrained_model_name_or_path", "config"))

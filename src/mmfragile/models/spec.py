@@ -28,6 +28,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from mmfragile.models.base import keyword_params
+
 BACKENDS = ("hf", "vllm", "openai")
 #: keyword arguments that change where and how fast a model runs, not its outputs: left out of a store's model
 #: identity (:func:`mmfragile.provenance.model_identity`), so a resume may change them. ``device`` is where it runs
@@ -280,14 +282,6 @@ class ModelSpec:
             raise FileNotFoundError(f"model {self.source!r}: neither an embedded model ({', '.join(EMBEDDED_MODELS)}), "
                                     f"a zoo model ({', '.join(ZOO_MODELS)}), a local folder nor a model id in the "
                                     "local HF cache (nothing is downloaded)") from e
-
-
-def keyword_params(fn, skip: tuple[str, ...] = ()) -> list[str]:
-    """The parameters of ``fn`` that can be passed by keyword (its declared options), but ``skip``."""
-    import inspect
-
-    return [n for n, p in inspect.signature(fn).parameters.items()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in skip]
 
 
 def _looks_like_path(source: str) -> bool:
