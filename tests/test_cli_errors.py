@@ -212,3 +212,16 @@ def test_the_python_api_gets_the_same_errors(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
         ModelSpec.parse(str(tmp_path / "nope")).load()
     assert not (tmp_path / "o").exists()
+
+
+def test_a_format_name_that_is_not_in_table_1(tmp_path, capsys):
+    line = one_error(capsys, 2, ["run", "format-bias", "--dataset", "easy-vqa", "--formats",
+                                 "uppercase-dot-line_break,lowercase-paren-space", "--model", "tiny-vlm", "--n", "1",
+                                 "--out", str(tmp_path / "o"), "--quiet"])
+    assert "--formats" in line and "'paren'" in line  # the bad level, with the levels to choose from
+
+
+def test_n_given_to_the_judge_study(tmp_path, capsys):
+    line = one_error(capsys, 2, ["run", "judge", "--model", "tiny-vlm", "--n", "3", "--out", str(tmp_path / "o"),
+                                 "--quiet"])
+    assert "--n-samples" in line  # on main --n was accepted and silently ignored

@@ -15,7 +15,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Pages that other work is writing at the same time: linked from README before they land. Remove an entry once its
 # file is in the repository (it is then checked like every other page).
-WRITTEN_ELSEWHERE = {"docs/stores.md", "docs/cli.md", "docs/judge-data.md", "docs/harnesses.md"}
 
 FRESH_MACHINE = ["bash scripts/install.sh && python -m mmfragile reproduce", "bash scripts/test.sh"]
 
@@ -38,7 +37,7 @@ def anchors(path: Path) -> set[str]:
     return {slug(m.group(1)) for m in re.finditer(r"^#{1,6} +(.+?) *$", text, re.M)}
 
 
-def broken_links(path: Path, repo: Path = REPO, exempt: set[str] = frozenset()) -> list[str]:
+def broken_links(path: Path, repo: Path = REPO) -> list[str]:
     """``file:line: target (why)`` for each relative link of a Markdown file that resolves to nothing."""
     text = INLINE_CODE.sub("", FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), path.read_text()))
     bad = []
@@ -48,10 +47,7 @@ def broken_links(path: Path, repo: Path = REPO, exempt: set[str] = frozenset()) 
                 continue
             file, _, anchor = target.partition("#")
             dest = (path.parent / file).resolve() if file else path
-            rel = dest.relative_to(repo).as_posix() if dest.is_relative_to(repo) else str(dest)
             where = f"{path.relative_to(repo)}:{i}: {target}"
-            if rel in exempt and not dest.exists():
-                continue
             if not dest.exists():
                 bad.append(f"{where} (no such file)")
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
@@ -72,7 +68,7 @@ def test_readme_is_a_front_door():
 
 
 def test_every_relative_link_resolves():
-    bad = [b for page in markdown_pages() for b in broken_links(page, exempt=WRITTEN_ELSEWHERE)]
+    bad = [b for page in markdown_pages() for b in broken_links(page)]
     assert not bad, "broken links:\n" + "\n".join(bad)
 
 
@@ -96,4 +92,3 @@ def test_the_link_check_finds_what_it_must(tmp_path, line, why):
     page.write_text("# t\n[ok](docs/page.md#which-path---mode-auto-takes) [web](https://example.org/x.md) [self](#t)\n"
                     "[elsewhere](docs/stores.md)\n")
     assert broken_links(page, tmp_path) == ["README.md:3: docs/stores.md (no such file)"]
-    assert broken_links(page, tmp_path, exempt={"docs/stores.md"}) == []

@@ -24,18 +24,6 @@ F_NUM = ("numbers", "dot", "comma")
 
 # ------------------------------------------------------------------------------------------ scoring
 
-def test_exact_match_outcome():
-    labels = ["A", "B", "C", "D"]
-    assert fb.exact_match_outcome("A", labels, 0) == (True, True, 0)
-    assert fb.exact_match_outcome("A.", labels, 0) == (False, False, -1)   # Sec. A.3: "A." is wrong
-    assert fb.exact_match_outcome("A)", labels, 0) == (False, False, -1)
-    assert fb.exact_match_outcome(" B\n", labels, 0) == (False, True, 1)
-    assert fb.exact_match_outcome(" B", labels, 1, strip=False) == (False, False, -1)
-    assert fb.exact_match_outcome("c", labels, 2) == (False, False, -1)    # case matters
-    assert fb.exact_match_outcome("C", ["A", "B"], 1) == (False, False, -1)  # 2-option question: C invalid
-    assert fb.exact_match_outcome("II", ["I", "II", "III", "IV"], 1) == (True, True, 1)
-
-
 def test_format_scores_counts_every_shift():
     # 2 questions x 2 shifts = 4 evaluations per format (N x O)
     pq = pd.DataFrame(

@@ -231,7 +231,7 @@ def test_taxonomy():
     assert pc.prompt_supercategory("12.5") == 5 and pc.prompt_supercategory("4.1") == 2
     assert set(pc.PROMPT_INTENT) == set(pc.PROMPT_IDS)
     assert pd.Series(pc.PROMPT_INTENT).value_counts().to_dict() == {"positive": 26, "negative": 18, "neutral": 17}
-    assert pc.sort_prompts(["2.10", "10.1", "2.9", "1.1"]) == ["1.1", "2.9", "2.10", "10.1"]
+    assert sorted(["2.10", "10.1", "2.9", "1.1"], key=pc.prompt_sort_key) == ["1.1", "2.9", "2.10", "10.1"]
     assert len(pc.OPEN_SOURCE_MODELS) == 8 and pc.PROPRIETARY_MODELS == ["GPT-4o", "Gemini 1.5 Pro"]
 
 

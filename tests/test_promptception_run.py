@@ -13,6 +13,7 @@ from mmfragile.runner import run_items
 from mmfragile.models.base import MLLM, Prompt
 from mmfragile.schema import DataError
 from mmfragile.store import ResultStore
+from mmfragile.studies.promptception.extraction import PENDING, extraction_item, extraction_score
 from mmfragile.studies.promptception import (PromptceptionItem, accuracy_frame, figure_note_for, frame_indices,
                                              load_results, make_score_fn, promptception_items, run_config,
                                              sample_frames, select_questions, split_zero_baselines, store_dir,
@@ -199,9 +200,24 @@ def _item(question_id="q1", prompt_id="7.6", answer="B"):
                  "Evidence not sufficient to answer", "I'll answer later"])
 
 
+def two_stage(extractor: MLLM | None = None, exclude_refusals: bool = False):
+    """The answers' score, then for a pending answer the extraction stage's request and score (one by one here;
+    tests/test_promptception_extraction.py runs them batched)."""
+
+    def score(raw: str, item: PromptceptionItem) -> dict:
+        r = make_score_fn(exclude_refusals=exclude_refusals, stage2=extractor is not None)(raw, item)
+        if r["extraction_stage"] != PENDING:
+            return r
+        ex = extraction_item(item.key, item.question, item.options, item.option_ids, raw, item.answer_id,
+                             exclude_refusals)
+        return extraction_score(exclude_refusals)(extractor.generate([ex.prompt], ex.max_new_tokens)[0], ex)
+
+    return score
+
+
 def test_score_fn_two_stages():
     ex = FakeMLLM()
-    score = make_score_fn(ex)
+    score = two_stage(ex)
     r = score("B", _item())
     assert r == {"letter": "B", "extraction_stage": "regex", "refusal": False, "correct": True, "covered": True,
                  "extractor_output": None}
@@ -220,25 +236,25 @@ def test_score_fn_two_stages():
     assert (r["letter"], r["extraction_stage"], r["correct"], r["covered"]) == (None, "failed", False, False)
     assert r["extractor_output"] == "Y"
     # no extractor: stage 2 skipped
-    r = make_score_fn(None)("The square is blue.", _item())
+    r = two_stage(None)("The square is blue.", _item())
     assert (r["letter"], r["extraction_stage"], r["correct"]) == (None, "failed", False)
-    r = make_score_fn(ex)("", _item())
+    r = two_stage(ex)("", _item())
     assert (r["extraction_stage"], r["correct"]) == ("failed", False)
 
 
 def test_score_fn_refusals():
     refusal = "I'm sorry, but I cannot see the image clearly."
     # Fig. 7 policy (open-source models): failed and incorrect, flagged as a refusal for reporting
-    r = make_score_fn(FakeMLLM(fixed="Y"))(refusal, _item())
+    r = two_stage(FakeMLLM(fixed="Y"))(refusal, _item())
     assert (r["extraction_stage"], r["refusal"], r["correct"]) == ("failed", True, False)
     # GPT-4o policy: stage "refusal" (dropped later by the accuracy, not here)
     ex = FakeMLLM(fixed="A")
-    r = make_score_fn(ex, exclude_refusals=True)(refusal, _item())
+    r = two_stage(ex, exclude_refusals=True)(refusal, _item())
     assert (r["letter"], r["extraction_stage"], r["refusal"], r["correct"]) == (None, "refusal", True, False)
     # refusal-aware stage 2 uses the Fig. 8 prompt, whose refusal code X is honoured
-    r = make_score_fn(FakeMLLM(fixed="X"), exclude_refusals=True)("hmm, the colours are odd", _item())
+    r = two_stage(FakeMLLM(fixed="X"), exclude_refusals=True)("hmm, the colours are odd", _item())
     assert (r["extraction_stage"], r["refusal"]) == ("refusal", True)
-    r = make_score_fn(FakeMLLM(fixed="A"))("hmm, the colours are odd", _item())
+    r = two_stage(FakeMLLM(fixed="A"))("hmm, the colours are odd", _item())
     assert (r["letter"], r["refusal"], r["correct"]) == ("A", False, False)
 
 
@@ -249,7 +265,7 @@ def test_run_items_end_to_end_and_resume(tiny_vlm, synthetic, tmp_path):
     assert len(items) == 6
     root = store_dir(tmp_path / "runs", "tiny-vlm", "synthetic-vqa")
     cfg = run_config("tiny-vlm", "synthetic-vqa", max_new_tokens=6, extractor="fake", n_frames=3)
-    score = make_score_fn(FakeMLLM())
+    score = make_score_fn(stage2=True)
     part = run_items(tiny_vlm, items, ResultStore(root, cfg), score, progress=False, stop_after=2, flush_every=1)
     assert 2 <= len(part) < 6  # a killed run keeps what it flushed (the engine runs a question's group at once)
     res = run_items(tiny_vlm, items, ResultStore(root, cfg), score, progress=False)
@@ -257,7 +273,7 @@ def test_run_items_end_to_end_and_resume(tiny_vlm, synthetic, tmp_path):
     n_parts = len(list((root / "parts").glob("*.parquet")))
     again = run_items(tiny_vlm, items, ResultStore(root, cfg), score, progress=False)
     assert len(again) == 6 and len(list((root / "parts").glob("*.parquet"))) == n_parts  # resuming adds nothing
-    assert set(res.extraction_stage) <= {"regex", "model", "failed"}
+    assert set(res.extraction_stage) <= {"regex", PENDING, "failed"}
     assert (res.correct == (res.letter == res.answer_id)).all()
     assert {"prompt_id", "category", "supercategory", "intent", "modality", "raw_output"} <= set(res.columns)
     # store -> accuracy frame: one benchmark per modality, 1.1 is the baseline

@@ -36,6 +36,16 @@ def test_a_run_says_where_its_rows_went_and_what_comes_next(tmp_path, capsys):
     assert f"stored: {out} (format-bias/grid): {n} rows - 0 new, {n} already there" in capsys.readouterr().err
 
 
+def test_run_study_counts_the_questions_that_got_new_rows(tmp_path):
+    """``StudyRun.new_questions`` counts (dataset, question) groups: on main it counted (model, dataset) pairs."""
+    import mmfragile as mf
+
+    run = mf.run_study("format-bias", "tiny-vlm", "easy-vqa", n=3, out=tmp_path / "run", progress=False,
+                       formats=["uppercase-dot-line_break"])
+    assert run.new_questions["grid"] == 3 and run.new_rows["grid"] == len(run.table())
+    assert "(3 questions)" in str(run)
+
+
 def test_every_store_of_a_run_is_listed_coverage_where_the_stage_has_it(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(RUN + ["--n", "1", "--cp-ln", "--out", str(out), "--quiet"]) == 0

@@ -86,6 +86,22 @@ def test_missing_key_column_is_an_error(tmp_path):
         ResultStore(tmp_path).append([{"model": "m", "dataset": "d", "question_id": "1"}])
 
 
+def test_reading_a_column_some_parts_lack_keeps_every_part(tmp_path):
+    """A column added by a later run (e.g. ``covered`` after an upgrade) is read as missing from older parts -
+    on main such a read quarantined the good older part and its rows were evaluated again."""
+    st = ResultStore(tmp_path)
+    st.append(_rows(range(3)))
+    st.append(_rows(range(3, 5), covered=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CorruptPartWarning)
+        df = ResultStore(tmp_path).read(columns=["covered"])
+    assert not (tmp_path / "quarantine").exists() and len(_parts(tmp_path)) == 2
+    assert sorted(df.question_id.astype(int)) == [0, 1, 2, 3, 4]
+    got = df.set_index(df.question_id.astype(int))["covered"]
+    assert got[[0, 1, 2]].isna().all() and got[[3, 4]].tolist() == [True, True]
+    assert len(ResultStore(tmp_path).read()) == 5
+
+
 def test_corrupt_truncated_and_foreign_parts_are_quarantined(tmp_path):
     st = ResultStore(tmp_path)
     for lo in (0, 10, 20, 30):

@@ -58,7 +58,9 @@ def test_vllm_specs_without_vllm_say_how_to_get_it():
         load_model("smollm2", backend="tgi")
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed in this environment")
-    with pytest.raises(ImportError, match="install_vllm.sh"):
+    from mmfragile.errors import UsageError
+
+    with pytest.raises(UsageError, match="install_vllm.sh"):  # before anything loads (ModelSpec.check)
         load_model("vllm:smollm2")
-    with pytest.raises(ImportError, match="install_vllm.sh"):
+    with pytest.raises(UsageError, match="install_vllm.sh"):
         load_model("smollm2", backend="vllm")

@@ -149,7 +149,7 @@ def _run(a: argparse.Namespace, study) -> int:
 
         for stage in study.stages:
             if stage.budget and stage.name in run.stores:  # the same numbers as `mmfragile report` on this store
-                for name, table in estimate_tables(estimate_store(run.stores[stage.name].read(), stage.budget)).items():
+                for name, table in estimate_tables(estimate_store(stage.budget.read(run.stores[stage.name]), stage.budget)).items():
                     print(f"# {name} ({stage.budget.spec.name} grid estimate)")
                     print(table.to_string(index=False))
     _print_outcome(run, a.out)

@@ -51,6 +51,8 @@ __all__ = [
     "is_refusal",
     "build_extraction_prompt",
     "extract_letter_model",
+    "resolve_without_model",
+    "read_extractor_output",
     "extract_answer",
     "extract_answers",
 ]
@@ -425,10 +427,25 @@ def match_option_text(response: str | None, options: Sequence[str], valid_letter
     return valid[hits[0]] if len(hits) == 1 else None
 
 
+def resolve_without_model(response: str | None, question: MCQuestion | str, valid_letters: Sequence[str], *,
+                          options: Sequence[str] | None = None, refusals: bool = True,
+                          match_text: bool = False) -> ExtractionResult | None:
+    """Everything before stage 2: stage 1, the refusal heuristic (``refusals``) and, with ``match_text``,
+    :func:`match_option_text`. None: only the stage-2 model can still resolve the response (a study sends those
+    to the extractor as their own batched requests, :mod:`mmfragile.studies.promptception.extraction`)."""
+    valid = _valid(valid_letters)
+    r = _stage1(response, valid, refusals)
+    if r is not None or not match_text:
+        return r
+    _, opts = _question_parts(question, options)
+    letter = match_option_text(response, opts, valid)
+    return ExtractionResult(letter, "text") if letter is not None else None
+
+
 def extract_answer(response: str | None, question: MCQuestion | str, valid_letters: Sequence[str],
                    model: MLLM | None = None, *, options: Sequence[str] | None = None,
                    refusals: bool = True, max_new_tokens: int = 8, match_text: bool = False) -> ExtractionResult:
-    """Stage 1, then (if ``model`` is given and stage 1 failed) stage 2.
+    """Stage 1, then (if ``model`` is given and stage 1 failed) stage 2, for one response.
 
     ``refusals=True`` flags refusals (stage "refusal", heuristic :func:`is_refusal` after stage 1
     fails, and the Fig. 8 refusal code in stage 2); ``refusals=False`` reproduces the Fig. 7
@@ -437,25 +454,24 @@ def extract_answer(response: str | None, question: MCQuestion | str, valid_lette
     are incorrect; the authors' released evaluation script instead skips empty responses like
     refusals - callers wanting that can treat ``response == ""`` themselves). ``options`` overrides
     ``question.options`` (pass ``RenderedPrompt.options`` when a prompt adds options).
+    One ``generate`` call per response: for many responses use :func:`extract_answers` (or a study stage).
     """
     valid = _valid(valid_letters)
-    r = _stage1(response, valid, refusals)
+    r = resolve_without_model(response, question, valid, options=options, refusals=refusals, match_text=match_text)
     if r is not None:
         return r
-    qtext, opts = _question_parts(question, options)
-    if match_text:
-        letter = match_option_text(response, opts, valid)
-        if letter is not None:
-            return ExtractionResult(letter, "text")
     if model is None:
         return ExtractionResult(None, "failed")
+    qtext, opts = _question_parts(question, options)
     out = model.generate([Prompt(text=build_extraction_prompt(qtext, opts, str(response), valid, refusals))],
                          max_new_tokens=max_new_tokens)[0]
-    return _from_model_output(out, valid, refusals)
+    return read_extractor_output(out, valid, refusals)
 
 
-def _from_model_output(out: str, valid: tuple[str, ...], refusals: bool) -> ExtractionResult:
-    letter, refused = _parse_model_output(out, valid, refusals)
+def read_extractor_output(out: str, valid_letters: Sequence[str], refusals: bool) -> ExtractionResult:
+    """The stage-2 result of the extractor's output ``out`` to :func:`build_extraction_prompt` (built with the same
+    ``refusals``): stage "model" with its letter, "refusal" (the Fig. 8 code) or "failed"."""
+    letter, refused = _parse_model_output(out, _valid(valid_letters), refusals)
     if refused:
         return ExtractionResult(None, "refusal", refusal=True, model_output=out)
     if letter is None:
@@ -488,7 +504,7 @@ def extract_answers(responses: Sequence[str | None], questions: Sequence[MCQuest
         chunk = pending[b:b + batch_size]
         outs = model.generate([p for _, _, p in chunk], max_new_tokens=max_new_tokens)
         for (i, valid, _), out in zip(chunk, outs):
-            results[i] = _from_model_output(out, valid, refusals)
+            results[i] = read_extractor_output(out, valid, refusals)
     return [r for r in results]  # type: ignore[misc]
 
 

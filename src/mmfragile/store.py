@@ -117,7 +117,8 @@ MODEL_IDENTITY = "model_identity"
 #: config: old ``study`` value -> (study, stage). Judge stores named their stage in ``kind`` (stage None here).
 LEGACY_TAGS: dict[str, tuple[str, str | None]] = {
     "format-bias": ("format-bias", "grid"), "format-bias-cp-ln": ("format-bias", "cp_ln"),
-    "promptception": ("promptception", "prompts"), "judgebias": ("judge", None)}
+    "promptception": ("promptception", "prompts"), "promptception-extraction": ("promptception", "extraction"),
+    "judgebias": ("judge", None)}
 
 
 class UntaggedStore(ValueError):
@@ -463,9 +464,11 @@ class ResultStore:
             raise _ReadFailed(e) from e
         guard = _ReadGuard(f)
         try:
-            table = pq.read_table(pa.PythonFile(guard, mode="r"),
-                                  columns=list(columns) if columns is not None else None,
-                                  page_checksum_verification=True)
+            part = pq.ParquetFile(pa.PythonFile(guard, mode="r"), page_checksum_verification=True)
+            # a column asked for that this part lacks (written before the column existed) is read as missing,
+            # never as corruption: the read's caller gets nulls for it, the part stays
+            table = part.read(columns=None if columns is None else
+                              [c for c in columns if c in part.schema_arrow.names])
             missing = [c for c in self.key_columns if c not in table.column_names]
             if missing:
                 raise ValueError(f"lacks key column(s) {missing}")

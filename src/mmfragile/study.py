@@ -4,8 +4,8 @@ A :class:`Study` is a named record (as a task in ``inspect_ai``): its parameters
 stages. A :class:`Stage` is one kind of work into one result store: the units it splits by question group
 (question records, judge conditions, response pairs ...), the evaluation items it makes of them, how it scores
 an output, the store's configuration, and whether a budgeted design applies. Study 1 has the format grid and
-CP-LN, study 2 one stage of prompts, study 3 the score-wise judgments, the pairwise ones, the generators'
-responses and the judge's scores of them (self-enhancement).
+CP-LN, study 2 the prompts and (with an extractor) their stage-2 answer extraction, study 3 the score-wise
+judgments, the pairwise ones, the generators' responses and the judge's scores of them (self-enhancement).
 
 :func:`run_study` runs any of them the same way - in one process, as one ``--shard i/n`` of it, on Ray workers
 (:func:`mmfragile.distributed.run_on_ray`) or as a budgeted share of a grid (:mod:`mmfragile.budget`) - through
@@ -121,11 +121,13 @@ class BudgetGrid:
     :class:`~mmfragile.budget.estimator.GridSpec`: the unit and the covariates), ``cells(rows)`` (the complete
     cell frame of every (model, question) in the stage's store rows, ``correct`` where stored) and, optionally,
     ``simulate(datasets=, max_items=, seed=, ...)`` (complete grids matching the seed paper's published
-    accuracies, for ``budget.validation``)."""
+    accuracies, for ``budget.validation``); ``read(store)``: the store's rows (Promptception joins its stage-2
+    extractions in)."""
 
     spec: Any
     cells: Callable[[pd.DataFrame], pd.DataFrame]
     simulate: Callable[..., pd.DataFrame] | None = None
+    read: Callable[[ResultStore], pd.DataFrame] = ResultStore.read   # a store's rows as ``cells`` wants them
 
 
 @dataclass(frozen=True)
@@ -237,8 +239,8 @@ def study_names() -> list[str]:
     return list(BUILTIN) + sorted(set(_REGISTRY) - set(BUILTIN))
 
 
-def budget_grid(study: "str | Study", stage: str | None = None) -> BudgetGrid:
-    """The budget grid of ``study``'s ``stage`` (default: its first stage that has one); a study without one
+def budget_stage(study: "str | Study", stage: str | None = None) -> Stage:
+    """``study``'s stage with a budget grid (``stage``, or its first one that has one); a study without one
     raises, naming the studies that have."""
     st = get_study(study)
     grids = [s for s in st.stages if s.budget is not None and stage in (None, s.name, s.tag)]
@@ -246,7 +248,12 @@ def budget_grid(study: "str | Study", stage: str | None = None) -> BudgetGrid:
         have = [n for n in study_names() if any(s.budget for s in get_study(n).stages)]
         raise ValueError(f"study {st.name!r} has no grid a budget can sample (stage {stage or 'any'}); "
                          f"studies with one: {have}")
-    return grids[0].budget
+    return grids[0]
+
+
+def budget_grid(study: "str | Study", stage: str | None = None) -> BudgetGrid:
+    """The budget grid of :func:`budget_stage`."""
+    return budget_stage(study, stage).budget
 
 
 def store_stage(config: Mapping[str, Any], where: Any = "store") -> tuple[Study, str]:
@@ -526,4 +533,4 @@ def stored_keys(store: ResultStore) -> set[tuple]:
     if not len(store):
         return set()
     cols = ["dataset", "question_id", "model", "variant"]
-    return set(store.read(columns=cols).astype(str).itertuples(index=False, name=None))
+    return set(store.read(columns=cols)[cols].astype(str).itertuples(index=False, name=None))  # in this order

@@ -86,9 +86,10 @@ def complete_grid(source: str, study: str = "format-bias", datasets: Sequence[st
       the module docstring for what is simulated), with :func:`simulation_spec`;
     * a results folder - every store of the study under it (the grid's ``cells``), keeping the (model,
       question) grids that are complete."""
-    from mmfragile.study import budget_grid
+    from mmfragile.study import budget_stage
 
-    grid = budget_grid(study)
+    stage = budget_stage(study)
+    grid = stage.budget
     if source == "embedded":
         if study not in EMBEDDED_GRIDS:
             raise DataError(f"no committed embedded {study} grid (only {sorted(EMBEDDED_GRIDS)}): pass 'published' "
@@ -101,10 +102,10 @@ def complete_grid(source: str, study: str = "format-bias", datasets: Sequence[st
         return sim, simulation_spec(grid.spec), "simulated per-question outcomes matching the published per-variant accuracies"
     from mmfragile.store import find_stores
 
-    stores = find_stores(source, study)
+    stores = find_stores(source, study, stage.tag)
     if not stores:
         raise DataError(f"{source}: no {study!r} result stores under this folder")
-    rows = pd.concat([st.read() for st in stores], ignore_index=True)
+    rows = pd.concat([grid.read(st) for st in stores], ignore_index=True)   # e.g. stage-2 extractions joined in
     cells = grid.cells(rows)
     full = cells.groupby(["model", "question"])["correct"].transform(lambda c: c.notna().all())
     if not full.any():

@@ -134,7 +134,7 @@ class MLLM(abc.ABC):
     checkpoint: "Path | None" = None
     #: the :class:`~mmfragile.models.spec.ModelSpec` it was loaded from (set by ``ModelSpec.load``); None for a model
     #: built by hand (:func:`~mmfragile.models.spec.spec_of` then makes one from its name and capabilities)
-    spec = None   # a ModelSpec (not imported here: the spec module imports the backends, which import this one)
+    spec: "object | None" = None  # a ModelSpec (not imported here: models.spec imports this module)
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 16) -> list[str]:

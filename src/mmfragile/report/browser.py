@@ -54,9 +54,6 @@ def dump_dom(html_path: str | Path, width: int = WIDTH, height: int = 900, timeo
     return p.stdout, p.stderr
 
 
-_CONSOLE = re.compile(r"CONSOLE\(\d+\)\]\s*\"(.*)\"", re.S)
-
-
 def console_errors(log: str) -> list[str]:
     """Console / script error lines of a Chromium stderr log (``--enable-logging=stderr``): console messages at
     level error (``ERROR:CONSOLE``, ``Uncaught``) and failed loads of the page's own resources."""

@@ -35,9 +35,6 @@ from mmfragile.study import budget_grid, get_study, study_names
 DEFAULT_N_BOOT = 1000
 DEFAULT_SEED = 0
 LEVEL = 0.95
-STATS = ("mean", "median", "q25", "q75", "iqr", "worst5", "min", "max", "spread")
-STAT_LABELS = {"mean": "mean", "median": "median", "q25": "25th pct", "q75": "75th pct", "iqr": "IQR",
-               "worst5": "worst 5 %", "min": "min", "max": "max", "spread": "spread (max-min)"}
 NOT_RECORDED = "not recorded"
 
 

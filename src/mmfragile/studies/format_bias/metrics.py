@@ -146,35 +146,6 @@ def load_published_mitigation_summary() -> pd.DataFrame:
 # question level -> format level
 # --------------------------------------------------------------------------------------------------
 
-def exact_match_outcome(output: str, option_labels: Sequence[str], answer: int,
-                        strip: bool = True) -> tuple[bool, bool, int]:
-    """Score one raw generation by exact match (Sec. A.3).
-
-    An answer is correct only if the output *is* the correct option ID: for label ``"A"``, ``"A"`` is
-    correct, ``"A."`` or ``"A)"`` are not. No answer extraction (regex, LLM) is applied. ``strip``
-    removes surrounding whitespace only (generations often end in a newline); pass ``strip=False`` for
-    a byte-exact comparison.
-
-    Args:
-        output: decoded model output (special tokens removed).
-        option_labels: the option IDs shown in the prompt, in displayed order (e.g. ``["A","B","C","D"]``;
-            for a 2-option question only the first two IDs of the set).
-        answer: 0-based displayed position of the correct option.
-
-    Returns:
-        ``(correct, covered, selected_position)``; ``covered`` means the output is one of the valid
-        option IDs (coverage, Eq. 6); ``selected_position`` is -1 when not covered.
-    """
-    labels = list(option_labels)
-    if not strip:
-        pos = labels.index(output) if output in labels else -1
-        return pos == answer, pos >= 0, pos
-    from mmfragile.studies.format_bias.prompts import score_exact_match  # the one scoring rule of the evaluation runs
-
-    covered, correct, pos = score_exact_match(output, labels, labels[answer])
-    return correct, covered, pos
-
-
 def format_scores(per_question: pd.DataFrame) -> pd.DataFrame:
     """Accuracy and coverage (%) per model x dataset x prompt format (Sec. 4.1, A.3).
 

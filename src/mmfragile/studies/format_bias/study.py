@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from mmfragile.data.video import question_media
+from mmfragile.errors import UsageError
 from mmfragile.models.base import MLLM
 from mmfragile.runner import EvalItem, exact_match_score
 from mmfragile.schema import DataError, MCQuestion, skip_or_raise
@@ -56,7 +57,13 @@ def _standard(params: dict) -> tuple[bool, str | None]:
 
 
 def load(ctx: RunContext) -> pd.DataFrame:
-    """The question table; a dataset without a standard format stops here, before any model loads."""
+    """The question table; a format name that is none of Table 1's and a dataset without a standard format stop
+    here, before any model loads."""
+    for name in ctx.params["formats"] or []:
+        try:
+            PromptFormat.from_name(name)
+        except ValueError as e:
+            raise UsageError(f"--formats (formats=): {e}") from None
     qs = ctx.questions(ctx.n, ctx.params["skip_bad_rows"])
     include, name = _standard(ctx.params)
     if name:

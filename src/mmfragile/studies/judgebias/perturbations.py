@@ -284,7 +284,10 @@ def image_misalignment(sample: JudgeSample, pool: Sequence[JudgeSample] = (), se
 
 def model_captioner(model: MLLM, prompt: str = DETAIL_DESCRIPTION_PROMPT,
                     max_new_tokens: int = 256) -> Callable[[Image.Image], str]:
-    """A captioner that asks ``model`` for a detailed description (Table 11 prompt), greedily."""
+    """A captioner that asks ``model`` for a detailed description (Table 11 prompt), greedily.
+
+    Public API, unused by the study's own runs (they call no model for this step): the one-line way to
+    run the paper's captions with a model (GPT-5.1 in Table 11) through ``build_judge_conditions``."""
 
     def caption(img: Image.Image) -> str:
         return model.generate([Prompt(text=prompt, images=[img])], max_new_tokens=max_new_tokens)[0].strip()
@@ -320,7 +323,10 @@ def detail_description(sample: JudgeSample, pool: Sequence[JudgeSample] = (), se
 
 def model_relevance_checker(model: MLLM, prompt: str = RELEVANCE_PROMPT,
                             max_new_tokens: int = 8) -> Callable[[str, Image.Image], bool]:
-    """``checker(query, image) -> True`` if ``model`` says the image is needed (Table 11 prompt)."""
+    """``checker(query, image) -> True`` if ``model`` says the image is needed (Table 11 prompt).
+
+    Public API, unused by the study's own runs (they call no model for this step): the one-line way to
+    run the paper's image-relevance filter with a model (GPT-5.1 in Table 11) through ``build_judge_conditions``."""
 
     def check(query: str, img: Image.Image) -> bool:
         text = model.generate([Prompt(text=f"{prompt}\n\nQuery: {query}", images=[img])],
@@ -610,7 +616,10 @@ def heuristic_keyword(query: str) -> str:
 
 def model_keyword_extractor(model: MLLM, prompt: str = KEYWORD_PROMPT,
                             max_new_tokens: int = 16) -> Callable[[str, Image.Image], str]:
-    """``extract(query, image) -> keyword`` asking ``model`` with the Table 11 prompt (first line, unquoted)."""
+    """``extract(query, image) -> keyword`` asking ``model`` with the Table 11 prompt (first line, unquoted).
+
+    Public API, unused by the study's own runs (they call no model for this step): the one-line way to
+    run the paper's keyword extraction with a model (GPT-5.1 in Table 11) through ``build_judge_conditions``."""
 
     def extract(query: str, img: Image.Image) -> str:
         text = model.generate([Prompt(text=f"{prompt}\n\nInstruction: {query}", images=[img])],

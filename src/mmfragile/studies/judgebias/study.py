@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from mmfragile.errors import UsageError
 from mmfragile.models.base import MLLM, Prompt
 from mmfragile.models.spec import ModelSpec
 from mmfragile.runner import EvalItem, ScoreFn
@@ -88,6 +89,8 @@ def load(ctx: RunContext) -> JudgeData:
     A perturbation no record can take is left out with a warning and listed in ``run_info["left_out"]``."""
     p = ctx.params
     check_decoding(p["decoding"], p["runs"])
+    if ctx.n is not None:  # accepted by every study's command line, but a judge set is counted in samples
+        raise UsageError(f"the judge study takes --n-samples N (n_samples=; default {p['n_samples']}), not --n")
     if ctx.table is not None:
         raise ValueError("the judge study reads judge samples, not a question table: pass dataset='judge-dir:<file>' "
                          "(docs/judge-data.md) or 'mm-judgebias:<data>'")

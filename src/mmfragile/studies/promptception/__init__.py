@@ -2,4 +2,4 @@
 plots; the study-level API is re-exported here."""
 from mmfragile.studies.promptception.analysis import *  # noqa: F401,F403
 from mmfragile.studies.promptception.analysis import __all__  # noqa: F401
-from mmfragile.studies.promptception.study import STUDY, extractor_model  # noqa: F401
+from mmfragile.studies.promptception.study import STUDY  # noqa: F401

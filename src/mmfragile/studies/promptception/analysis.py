@@ -13,8 +13,9 @@ Protocol (seed ``promptception``):
 * Generation is greedy with one ``max_new_tokens`` for every prompt (default 48: enough for the answer
   formats and a short rationale of the CoT / "explain" prompts, cheap enough for CPU runs; the paper does
   not state its limit). A truncated rationale that never names a letter goes to stage 2 like any other.
-* App. E: answers are extracted in two stages (regex, then a text model - GPT-4o mini in the paper,
-  SmolLM2 in the notebooks) by :func:`make_score_fn`. Unresolved answers are **incorrect and kept**.
+* App. E: answers are extracted in two stages: the regex by :func:`make_score_fn`, then a text model - GPT-4o mini
+  in the paper, SmolLM2 in the notebooks - as the study's own ``extraction`` stage, batched
+  (:mod:`mmfragile.studies.promptception.extraction`). Unresolved answers are **incorrect and kept**.
   ``exclude_refusals=True`` is the paper's GPT-4o policy: refusal-aware matching prompt (Fig. 8) and the
   ``refusal`` flag, so that :func:`accuracy_frame` drops refusals from that model's denominator.
 * App. F: video inputs are frames sampled by :func:`sample_frames` (1 fps capped at N frames in the
@@ -34,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from mmfragile.runner import EvalItem
-from mmfragile.extraction import extract_answer, is_refusal
+from mmfragile.extraction import ExtractionResult, is_refusal, resolve_without_model
 from mmfragile.models.base import MLLM
 from mmfragile.data.video import frame_indices, question_media, sample_frames  # noqa: F401  (re-exported)
 from mmfragile.studies.promptception.prompts import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
@@ -42,12 +43,14 @@ from mmfragile.schema import DataError, MCQuestion, row_where, skip_or_raise
 from mmfragile.models.spec import ModelSpec, figure_note_for, spec_of
 from mmfragile.paths import safe_name
 from mmfragile.store import find_stores
+from mmfragile.studies.promptception.extraction import PENDING, read_answers
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn",
     "frame_indices",
     "sample_frames", "select_questions", "store_dir", "run_config", "load_results", "accuracy_frame",
     "load_accuracy", "split_zero_baselines", "figure_note_for", "summarize_run", "with_benchmark",
+    "read_answers",
 ]
 
 #: Generation limit of every prompt (see the module docstring).
@@ -157,21 +160,21 @@ def _question_items(q: MCQuestion, rec: dict, types, kind: str, max_new_tokens: 
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-def make_score_fn(extractor_model: MLLM | None = None, exclude_refusals: bool = False,
-                  max_new_tokens: int = 8, match_text: bool = False) -> Callable[[str, EvalItem], dict[str, Any]]:
-    """A ``run_items`` score function applying the two-stage extraction of Appendix E.
+def make_score_fn(exclude_refusals: bool = False, match_text: bool = False,
+                  stage2: bool = False) -> Callable[[str, EvalItem], dict[str, Any]]:
+    """A ``run_items`` score function applying what needs no model of the two-stage extraction of Appendix E.
 
-    Stage 1 is the regex of :func:`mmfragile.extraction.extract_letter_regex`; stage 2 (only when stage 1
-    finds no letter and ``extractor_model`` is given) asks that text model with the Fig. 7 prompt, or the
-    refusal-aware Fig. 8 prompt when ``exclude_refusals`` is set (the paper's GPT-4o policy).
+    Stage 1 is the regex of :func:`mmfragile.extraction.extract_letter_regex`. ``match_text`` adds
+    :func:`mmfragile.extraction.match_option_text` after it (a response that names exactly one option's text; stage
+    "text"), a free stand-in for a weak or absent stage-2 model. An answer neither resolves is "failed", or with
+    ``stage2`` (the study has an extractor) "pending": the study's ``extraction`` stage sends it to the extractor
+    model as its own batched request (:mod:`mmfragile.studies.promptception.extraction`), with the Fig. 7 prompt, or
+    the refusal-aware Fig. 8 prompt when ``exclude_refusals`` is set (the paper's GPT-4o policy).
 
-    ``match_text`` adds :func:`mmfragile.extraction.match_option_text` between the two stages (a response that
-    names exactly one option's text; stage "text"), a free stand-in for a weak or absent stage-2 model.
-
-    Returns ``letter`` (None if unresolved), ``extraction_stage`` ("regex", "text", "model", "failed", "refusal"),
-    ``refusal``, ``correct`` (False whenever no letter - never dropped here), ``covered`` (a valid letter was
-    extracted; a prompt's added options such as 7.6's "Not sure" count as covered, never correct) and
-    ``extractor_output`` (the raw stage-2 output, None if stage 2 did not run).
+    Returns ``letter`` (None if unresolved), ``extraction_stage`` ("regex", "text", "pending", "failed", "refusal";
+    "model" after the extraction), ``refusal``, ``correct`` (False whenever no letter - never dropped here),
+    ``covered`` (a valid letter was extracted; a prompt's added options such as 7.6's "Not sure" count as covered,
+    never correct) and ``extractor_output`` (the raw stage-2 output; None here).
 
     ``refusal``: with ``exclude_refusals`` it is the extraction's refusal verdict (stage "refusal", which
     :func:`accuracy_frame` then leaves out of the denominator); without it the Fig. 7 pipeline runs and an
@@ -182,8 +185,10 @@ def make_score_fn(extractor_model: MLLM | None = None, exclude_refusals: bool = 
     def score(raw: str, item: EvalItem) -> dict[str, Any]:
         question = getattr(item, "question", "") or item.prompt.text
         options = list(getattr(item, "options", None) or [])
-        res = extract_answer(raw, question, item.option_ids, extractor_model, options=options,
-                             refusals=exclude_refusals, max_new_tokens=max_new_tokens, match_text=match_text)
+        res = resolve_without_model(raw, question, item.option_ids, options=options, refusals=exclude_refusals,
+                                    match_text=match_text)
+        if res is None:
+            res = ExtractionResult(None, PENDING if stage2 else "failed")
         refusal = res.refusal if exclude_refusals else (res.letter is None and is_refusal(raw))
         return {"letter": res.letter, "extraction_stage": res.stage, "refusal": bool(refusal),
                 "correct": bool(res.is_correct(item.answer_id)), "covered": res.letter is not None,
@@ -238,14 +243,15 @@ def run_config(model: str, dataset: str, model_kind: str = "open", max_new_token
 
 
 def load_results(results_dir: str | Path) -> pd.DataFrame:
-    """Every Promptception store under ``results_dir`` (any depth) as one per-question frame, with the
-    store's ``exclude_refusals`` policy and folder added as columns. Empty frame if none."""
+    """Every Promptception store under ``results_dir`` (any depth) as one per-question frame (stage-2 extractions
+    joined in, :func:`~mmfragile.studies.promptception.extraction.read_answers`), with the store's
+    ``exclude_refusals`` policy and folder added as columns. Empty frame if none."""
     root = Path(results_dir)
     if not root.exists():
         raise DataError(f"{root}: results folder not found")
     frames = []
     for store in find_stores(root, "promptception", "prompts"):
-        df = store.read()
+        df = read_answers(store)
         if df.empty:
             continue
         df = df.assign(exclude_refusals=bool(store.config.get("exclude_refusals", False)), store=str(store.root))

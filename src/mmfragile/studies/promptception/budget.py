@@ -12,6 +12,7 @@ from mmfragile.budget.estimator import GridSpec, Term
 from mmfragile.budget.validation import simulate_grid
 from mmfragile.study import BudgetGrid
 from mmfragile.studies.promptception import metrics as pc
+from mmfragile.studies.promptception.extraction import read_answers
 from mmfragile.studies.promptception.prompts import get_prompt_type, prompt_ids as catalog_ids
 
 __all__ = ["PROMPTCEPTION", "PROMPTCEPTION_ITEMS", "GRID", "cells", "simulate_published"]
@@ -82,4 +83,4 @@ def simulate_published(published: pd.DataFrame | None = None, benchmarks: Sequen
     return pd.concat(parts, ignore_index=True)
 
 
-GRID = BudgetGrid(PROMPTCEPTION, cells, simulate_published)
+GRID = BudgetGrid(PROMPTCEPTION, cells, simulate_published, read_answers)

@@ -148,11 +148,6 @@ def prompt_sort_key(prompt_id: str) -> tuple[int, int]:
     return (int(a), int(b))
 
 
-def sort_prompts(prompt_ids: Iterable[str]) -> list[str]:
-    """Unique prompt ids in numeric order."""
-    return sorted(set(map(str, prompt_ids)), key=prompt_sort_key)
-
-
 def _order_by_prompt(df: pd.DataFrame) -> pd.DataFrame:
     pids = [str(p) for p in df["prompt_id"]]
     idx = sorted(range(len(pids)), key=lambda i: prompt_sort_key(pids[i]))
@@ -182,16 +177,6 @@ def load_published_accuracy() -> pd.DataFrame:
 def load_published_table2() -> pd.DataFrame:
     """Table 2: ``benchmark, model, trimmed_mean, baseline`` (26 rows)."""
     return _read_published("promptception_table2.csv")
-
-
-def load_published_mmmupro_settings() -> pd.DataFrame:
-    """Table 7, MMMU-Pro s4/s10/v for InternVL2.5-8B and Gemini 1.5 Pro."""
-    return _read_published("promptception_mmmupro_settings.csv")
-
-
-def load_published_table10() -> pd.DataFrame:
-    """Table 10: MVBench full set vs 100-video subset trimmed mean and baseline."""
-    return _read_published("promptception_table10.csv")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Study 2 as a :class:`~mmfragile.study.Study`: every question x prompt type of the Promptception catalog, with the
-two-stage answer extraction of Appendix E as the score; one stage, a grid a budget can sample.
+two-stage answer extraction of Appendix E: stage ``prompts`` (a grid a budget can sample) scores the answers with
+what needs no model, stage ``extraction`` (with an ``extractor``) sends the answers it left pending to the extractor
+model as batched requests of their own (:mod:`mmfragile.studies.promptception.extraction`).
 
 ``mmfragile run promptception --model M --dataset D --out DIR`` (alias ``mmfragile promptception``) and notebook
 ``40_promptception_run`` run it; :mod:`mmfragile.studies.promptception.analysis` reads the stores back.
@@ -12,15 +14,19 @@ import pandas as pd
 
 from mmfragile.data.loaders import run_info
 from mmfragile.models.base import MLLM
-from mmfragile.models.spec import ModelSpec
+from mmfragile.models.spec import ModelSpec, as_spec
 from mmfragile.runner import EvalItem, ScoreFn
+from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
 from mmfragile.studies.promptception import budget, report
 from mmfragile.studies.promptception.analysis import (DEFAULT_MAX_NEW_TOKENS, make_score_fn, promptception_items,
                                                       resolve_model_kind, run_config, select_questions, store_dir,
                                                       summarize_run)
+from mmfragile.studies.promptception.extraction import (EXTRACTION_MAX_NEW_TOKENS, EXTRACTION_STORE,
+                                                        extraction_items, extraction_score, pending_answers,
+                                                        read_answers)
 
-__all__ = ["STUDY", "extractor_model"]
+__all__ = ["STUDY"]
 
 PARAMS = (
     Param("prompt_ids", None, "prompt types (default: all 61); keep 1.1, the baseline, in any subset", csv_list),
@@ -40,7 +46,10 @@ PARAMS = (
 
 
 def load(ctx: RunContext) -> pd.DataFrame:
-    """The question table, ``n`` questions spread over modalities and categories (:func:`select_questions`)."""
+    """The question table, ``n`` questions spread over modalities and categories (:func:`select_questions`).
+    An ``extractor`` that names no model fails here, in one line, before any model loads."""
+    if ctx.params["extractor"] not in (None, "", ctx.model_name):  # the evaluated model itself is checked already
+        extractor_spec(ctx)[0].check()
     loaded = ctx.questions(skip_bad_rows=ctx.params["skip_bad_rows"])
     ctx.run_info = run_info(loaded, [])
     return select_questions(loaded, ctx.n)
@@ -60,23 +69,25 @@ def items(model: MLLM, units: list, params: dict, skipped: list | None) -> list[
                                fps=params["fps"], video_bounds=params["video_bounds"], skipped=skipped)
 
 
-_EXTRACTORS: dict[str, MLLM] = {}
-
-
-def extractor_model(spec: str | None, model: MLLM) -> MLLM | None:
-    """The stage-2 matcher ``spec`` (the evaluated model itself if it has that name), loaded once per process."""
-    if not spec:
-        return None
-    if spec == model.name:
-        return model
-    if spec not in _EXTRACTORS:
-        _EXTRACTORS[spec] = ModelSpec.parse(spec).load()
-    return _EXTRACTORS[spec]
-
-
 def score(model: MLLM, params: dict) -> ScoreFn:
-    return make_score_fn(extractor_model(params["extractor"], model), exclude_refusals=params["exclude_refusals"],
-                         match_text=params["match_text"])
+    return make_score_fn(exclude_refusals=params["exclude_refusals"], match_text=params["match_text"],
+                         stage2=bool(params["extractor"]))
+
+
+def extractor_spec(ctx: RunContext) -> list[ModelSpec]:
+    """The extraction stage's model: the ``extractor`` spec (the evaluated model's own spec if it names it)."""
+    return [ctx.model if ctx.params["extractor"] == ctx.model_name else as_spec(ctx.params["extractor"])]
+
+
+def extraction_units(ctx: RunContext) -> list[dict]:
+    """This run's answers left pending by the prompts stage (read from its store, complete by now)."""
+    answers = ResultStore(ctx.folder).read() if (ctx.folder / "parts").is_dir() else pd.DataFrame()
+    return pending_answers(answers, ctx.data, ctx.model_name,
+                           resolve_model_kind(ctx.model, ctx.params["model_kind"]))
+
+
+def _extraction_config(ctx: RunContext) -> dict[str, Any]:
+    return {**_config(ctx), "extraction_max_new_tokens": EXTRACTION_MAX_NEW_TOKENS}   # tagged stage extraction
 
 
 STUDY = register(Study(
@@ -87,8 +98,14 @@ STUDY = register(Study(
     load=load,
     stages=(Stage("prompts", units=lambda ctx: ctx.data.to_dict("records"), items=items, score=score,
                   config=_config, budget=budget.GRID,
-                  run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}),),
-    summarize=lambda stores: summarize_run(stores["prompts"].read()) if "prompts" in stores else {},
+                  run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
+            # stage 2 of Appendix E: the pending answers through the extractor, batched, into <folder>/extraction
+            Stage(EXTRACTION_STORE, units=extraction_units, store=EXTRACTION_STORE, config=_extraction_config,
+                  items=lambda model, units, p, skipped: extraction_items(units, p["exclude_refusals"]),
+                  score=lambda model, p: extraction_score(p["exclude_refusals"]), models=extractor_spec,
+                  when=lambda p: bool(p["extractor"]), unit="answer",
+                  run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]})),
+    summarize=lambda stores: summarize_run(read_answers(stores["prompts"])) if "prompts" in stores else {},
     folder=lambda results_dir, model, dataset: store_dir(results_dir, model, dataset),
     default_dataset="synthetic-vqa",
     report=report.report,
