@@ -87,7 +87,7 @@ def extraction_units(ctx: RunContext) -> list[dict]:
 
 
 def _extraction_config(ctx: RunContext) -> dict[str, Any]:
-    return {**_config(ctx), "extraction_max_new_tokens": EXTRACTION_MAX_NEW_TOKENS}   # tagged stage extraction
+    return {**_config(ctx), "stage": EXTRACTION_STORE, "extraction_max_new_tokens": EXTRACTION_MAX_NEW_TOKENS}
 
 
 STUDY = register(Study(
