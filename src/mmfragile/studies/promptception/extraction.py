@@ -88,7 +88,7 @@ def extraction_item(key: dict[str, Any], question: str, options: Sequence[str], 
 
 def extraction_score(exclude_refusals: bool) -> ScoreFn:
     """Score the extractor's output into the answer's columns (the ``refusal`` policy of
-    :func:`mmfragile.studies.promptception.analysis.make_score_fn`)."""
+    :func:`mmfragile.studies.promptception.items.make_score_fn`)."""
 
     def score(out: str, item: ExtractionItem) -> dict[str, Any]:
         res = read_extractor_output(out, item.letters, exclude_refusals)

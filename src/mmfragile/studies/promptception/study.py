@@ -19,9 +19,9 @@ from mmfragile.runner import EvalItem, ScoreFn
 from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
 from mmfragile.studies.promptception import budget, report
-from mmfragile.studies.promptception.analysis import (DEFAULT_MAX_NEW_TOKENS, make_score_fn, promptception_items,
-                                                      resolve_model_kind, run_config, select_questions, store_dir,
-                                                      summarize_run)
+from mmfragile.studies.promptception.analysis import summarize_run
+from mmfragile.studies.promptception.items import (DEFAULT_MAX_NEW_TOKENS, make_score_fn, promptception_items,
+                                                   resolve_model_kind, run_config, select_questions, store_dir)
 from mmfragile.studies.promptception.extraction import (EXTRACTION_MAX_NEW_TOKENS, EXTRACTION_STORE,
                                                         extraction_items, extraction_score, pending_answers,
                                                         read_answers)
