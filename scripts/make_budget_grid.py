@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 
-from mmfragile.budget import format_bias_cells
+from mmfragile.studies.format_bias.budget import cells as format_bias_cells
 from mmfragile.store import ResultStore
 
 

@@ -14,6 +14,10 @@ import scipy.sparse as sp
 from mmfragile.budget import estimator as bd
 from mmfragile.budget import validation as bv
 from mmfragile.schema import DataError
+from mmfragile.studies.format_bias.budget import FORMAT_BIAS
+from mmfragile.studies.format_bias.budget import cells as format_bias_cells
+from mmfragile.studies.format_bias.budget import simulate_published as simulate_format_grid
+from mmfragile.studies.promptception.budget import simulate_published as simulate_promptception_grid
 
 
 def _grid(n_q: int = 24, seed: int = 0) -> pd.DataFrame:
@@ -40,9 +44,9 @@ def _grid(n_q: int = 24, seed: int = 0) -> pd.DataFrame:
 def test_map_equals_scikit_learn_logistic_regression():
     g = _grid(8)
     mask = np.zeros(len(g), bool)
-    mask[bd.stratified_order(g, bd.FORMAT_BIAS, 600, seed=1)] = True
+    mask[bd.stratified_order(g, FORMAT_BIAS, 600, seed=1)] = True
     h = bv.hide(g, mask)
-    fit = bd.fit_irt(h, bd.FORMAT_BIAS, prior="fixed")
+    fit = bd.fit_irt(h, FORMAT_BIAS, prior="fixed")
     from sklearn.linear_model import LogisticRegression
 
     sd = np.array([t.sd for t in fit.design.terms])[fit.design.term_of]
@@ -59,8 +63,8 @@ def test_laplace_blocks_equal_the_dense_inverse_hessian():
     """The Schur-complement solves, variances and draws equal the plain dense algebra on [1 | X]^T W [1 | X] + P."""
     g = _grid(5)
     mask = np.zeros(len(g), bool)
-    mask[bd.stratified_order(g, bd.FORMAT_BIAS, 300, seed=0)] = True
-    fit = bd.fit_irt(bv.hide(g, mask), bd.FORMAT_BIAS)
+    mask[bd.stratified_order(g, FORMAT_BIAS, 300, seed=0)] = True
+    fit = bd.fit_irt(bv.hide(g, mask), FORMAT_BIAS)
     X = np.hstack([np.ones((mask.sum(), 1)), fit.design.X[mask].toarray()])
     p = fit.p[mask]
     p0 = 1 / (1 + np.exp(-fit.coef[0]))
@@ -75,7 +79,7 @@ def test_laplace_blocks_equal_the_dense_inverse_hessian():
 
 def test_complete_grid_estimates_are_the_grid_itself():
     g = _grid(6)
-    est = bd.estimate(g, bd.FORMAT_BIAS, n_draws=50)
+    est = bd.estimate(g, FORMAT_BIAS, n_draws=50)
     acc = g.groupby("format")["correct"].mean() * 100
     u = est.units.set_index("format")
     np.testing.assert_allclose(u.loc[acc.index, "estimate"], acc, atol=1e-9)
@@ -89,7 +93,7 @@ def test_complete_grid_estimates_are_the_grid_itself():
 
 def test_stratified_design_is_balanced_and_nested():
     g = _grid(10)
-    spec = bd.FORMAT_BIAS
+    spec = FORMAT_BIAS
     a = bd.stratified_order(g, spec, 200, seed=3)
     assert len(set(a)) == 200
     per_format = g.iloc[a]["format"].value_counts()
@@ -108,12 +112,12 @@ def test_stratified_design_is_balanced_and_nested():
 def test_adaptive_batch_is_deterministic_and_row_order_free():
     g = _grid(6)
     mask = np.zeros(len(g), bool)
-    mask[bd.stratified_order(g, bd.FORMAT_BIAS, 150, seed=0)] = True
+    mask[bd.stratified_order(g, FORMAT_BIAS, 150, seed=0)] = True
     h = bv.hide(g, mask)
-    a = bd.adaptive_batch(h, bd.FORMAT_BIAS, 20, seed=0)
+    a = bd.adaptive_batch(h, FORMAT_BIAS, 20, seed=0)
     assert len(a) == 20 and len(set(a)) == 20 and not mask[a].any()
     perm = np.random.default_rng(1).permutation(len(h))
-    b = bd.adaptive_batch(h.iloc[perm].reset_index(drop=True), bd.FORMAT_BIAS, 20, seed=0)
+    b = bd.adaptive_batch(h.iloc[perm].reset_index(drop=True), FORMAT_BIAS, 20, seed=0)
     assert sorted(perm[b]) == sorted(a)
 
 
@@ -121,24 +125,24 @@ def test_estimate_refuses_bad_outcomes():
     g = _grid(2)
     g.loc[3, "correct"] = 2
     with pytest.raises(DataError, match="row 3"):
-        bd.estimate(g, bd.FORMAT_BIAS)
+        bd.estimate(g, FORMAT_BIAS)
     with pytest.raises(DataError, match="lacks column"):
-        bd.estimate(g.drop(columns="shift"), bd.FORMAT_BIAS)
+        bd.estimate(g.drop(columns="shift"), FORMAT_BIAS)
 
 
 def test_simulated_grids_reproduce_the_published_tables():
     from mmfragile.studies.format_bias import metrics as fb
     from mmfragile.studies.promptception import metrics as pc
 
-    sim = bv.simulate_format_grid(datasets=["HRBench-4K"], models=["LLaVA-1.5", "Phi-4"])
-    spec = bv.simulation_spec(bd.FORMAT_BIAS)
+    sim = simulate_format_grid(datasets=["HRBench-4K"], models=["LLaVA-1.5", "Phi-4"])
+    spec = bv.simulation_spec(FORMAT_BIAS)
     tu, _ = bv.truth(sim, spec)
     pub = fb.load_published_results().query("dataset == 'HRBench-4K' and model in ['LLaVA-1.5', 'Phi-4']")
     pub = pub.assign(format=pub.option_ids + "-" + pub.delimiter + "-" + pub.separator)
     m = tu.merge(pub, on=["model", "format"], suffixes=("", "_pub"))
     assert len(m) == 96 and sim.groupby("model")["question"].nunique().eq(800).all()   # Tab. 5: 800 circular items
     assert (m["accuracy"] - m["accuracy_pub"]).abs().max() <= 100 / 800 / 2 + 1e-9      # exact to the item
-    ps = bv.simulate_promptception_grid(benchmarks=["MMStar"], models=["GPT-4o"], max_items=300)
+    ps = simulate_promptception_grid(benchmarks=["MMStar"], models=["GPT-4o"], max_items=300)
     acc = ps.groupby("prompt_id")["correct"].mean() * 100
     pub = pc.load_published_accuracy().query("benchmark == 'MMStar' and model == 'GPT-4o'").set_index("prompt_id")
     assert len(acc) == 59 and (acc - pub.loc[acc.index, "accuracy"]).abs().max() <= 100 / 300 / 2 + 1e-9
@@ -147,15 +151,15 @@ def test_simulated_grids_reproduce_the_published_tables():
 def test_estimator_beats_the_per_format_average_on_a_simulated_grid():
     """PromptEval's finding (their Fig. 3) on a simulated Tab. 9 grid: at 5 % of the cells the model-based
     quantiles are closer to the full grid than the quantiles of the per-format observed means."""
-    sim = bv.simulate_format_grid(datasets=["HRBench-4K"], models=["LLaVA-1.5", "Qwen-2.5-VL"], max_items=300)
-    cur = bv.error_curves(sim, bv.simulation_spec(bd.FORMAT_BIAS), [0.05], seeds=[0, 1], n_draws=0)
+    sim = simulate_format_grid(datasets=["HRBench-4K"], models=["LLaVA-1.5", "Qwen-2.5-VL"], max_items=300)
+    cur = bv.error_curves(sim, bv.simulation_spec(FORMAT_BIAS), [0.05], seeds=[0, 1], n_draws=0)
     s = bv.summarize_curves(cur).set_index("method")
     assert s.loc["irt", "quantile_abs_err"] < 0.6 * s.loc["avg", "quantile_abs_err"]
     assert s.loc["irt", "kendall_tau"] >= s.loc["avg", "kendall_tau"]
 
 
 def _errors(cells, design, seed):
-    spec = bd.FORMAT_BIAS
+    spec = FORMAT_BIAS
     truth = bv.truth(cells, spec)[1].set_index("statistic")["truth"]
     est = bd.estimate(bv.hide(cells, bv.design_mask(cells, spec, 0.05, seed, design)), spec, n_draws=0)
     assert est.budget["n_observed"].iloc[0] == 108                          # 5 % of 2,160 cells
@@ -207,7 +211,7 @@ def test_budgeted_run_is_resumable_and_budgets_nest(tiny_vlm, tiny_items, tmp_pa
     from mmfragile.budget import run_budgeted
     from mmfragile.store import ResultStore
 
-    spec = bd.FORMAT_BIAS
+    spec = FORMAT_BIAS
     full = ResultStore(tmp_path / "a", config={"study": "format-bias"})
     run_budgeted(tiny_vlm, tiny_items, full, spec, 0.1, seed=2, progress=False)
     want = _done(full, tiny_items, tiny_vlm.name)
@@ -223,10 +227,10 @@ def test_budgeted_run_is_resumable_and_budgets_nest(tiny_vlm, tiny_items, tmp_pa
 
 
 def test_adaptive_run_depends_only_on_store_and_seed(tiny_vlm, tiny_items, tmp_path):
-    from mmfragile.budget import attach_outcomes, format_bias_cells, item_cells, run_budgeted
+    from mmfragile.budget import attach_outcomes, item_cells, run_budgeted
     from mmfragile.store import ResultStore
 
-    spec = bd.FORMAT_BIAS
+    spec = FORMAT_BIAS
     sets = []
     for name in ("x", "y"):
         st = ResultStore(tmp_path / name, config={"study": "format-bias"})
@@ -272,8 +276,8 @@ def test_observations_that_all_agree_give_the_observed_value(outcome):
     keeps the observed value, is not a point (the draws), and is at most twice the rule-of-three bound 3 / n."""
     g = _grid(8)
     mask = np.zeros(len(g), bool)
-    mask[bd.stratified_order(g, bd.FORMAT_BIAS, int(0.05 * len(g)), seed=0)] = True
-    est = bd.estimate(bv.hide(g.assign(correct=outcome), mask), bd.FORMAT_BIAS, n_draws=200)
+    mask[bd.stratified_order(g, FORMAT_BIAS, int(0.05 * len(g)), seed=0)] = True
+    est = bd.estimate(bv.hide(g.assign(correct=outcome), mask), FORMAT_BIAS, n_draws=200)
     n_obs = int(mask.sum())
     assert est.budget["n_observed"].iloc[0] == n_obs == 76
     assert (est.units["estimate"] == 100 * outcome).all() and (est.summary["estimate"] == 100 * outcome).all()

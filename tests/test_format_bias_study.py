@@ -78,7 +78,7 @@ def test_load_runs_reads_every_grid_store_and_not_the_cp_ln_store(tmp_path):
         st.append(rows[:5])
         st.append(rows[5:])
     cp = ResultStore(fbs.store_dir(tmp_path, "m1", "syn", "cp_ln"),
-                     config=fbs.run_config("m1", "syn", 2, study=fbs.CP_LN_STUDY))
+                     config=fbs.run_config("m1", "syn", 2, stage="cp_ln"))
     cp.append([dict(model="m1", dataset="d", question_id="q0", variant=str(k), option=k, logprob=-1.0 - k,
                     n_tokens=1, answer=0, n_options=3) for k in range(3)])
     assert fbs.store_dir(tmp_path, "m1", "syn") == tmp_path / "m1" / "syn"
@@ -177,7 +177,7 @@ def test_run_cp_ln_picks_the_length_normalised_argmax_and_resumes(tiny_vlm, synt
     from mmfragile.studies.format_bias.prompts import build_cloze_prompt
 
     qs = synthetic[synthetic.modality == "image"].head(2).reset_index(drop=True)
-    store = ResultStore(tmp_path / "cp", config={"study": fbs.CP_LN_STUDY})
+    store = ResultStore(tmp_path / "cp", config={"study": "format-bias", "stage": "cp_ln"})
     cp = fbs.run_cp_ln(tiny_vlm, qs, store, batch_size=3, progress=False)
     assert len(cp) == sum(len(o) for o in qs.options)
     pred = fbs.cp_ln_predictions(cp).set_index("question_id")
@@ -190,9 +190,12 @@ def test_run_cp_ln_picks_the_length_normalised_argmax_and_resumes(tiny_vlm, synt
         stored = cp[cp.question_id == rec["question_id"]].sort_values("option")
         np.testing.assert_allclose(stored.logprob, [ll.logprob for ll in lls], rtol=1e-4, atol=1e-4)
     parts = sorted((tmp_path / "cp" / "parts").glob("*.parquet"))
-    again = fbs.run_cp_ln(tiny_vlm, qs, ResultStore(tmp_path / "cp", config={"study": fbs.CP_LN_STUDY}),
+    again = fbs.run_cp_ln(tiny_vlm, qs, ResultStore(tmp_path / "cp", config={"study": "format-bias", "stage": "cp_ln"}),
                           progress=False)
     assert len(again) == len(cp) and sorted((tmp_path / "cp" / "parts").glob("*.parquet")) == parts
+    # the wrapper runs the stage as run_study does: the model's identity pinned, its provenance recorded
+    info = ResultStore(tmp_path / "cp").config["run_info"]
+    assert info["provenance"]["tiny-vlm"]["model_spec"] == "tiny-vlm" and "tiny-vlm" in info["model_identity"]
     sc = fbs.cp_ln_scores(cp)
     assert sc.accuracy.iloc[0] == pytest.approx(100 * pred.correct.mean()) and sc.complexity.iloc[0] == len(cp)
 

@@ -1,5 +1,6 @@
 """The package layout shows the architecture: no import cycles between mmfragile's modules (counting imports
-inside functions too), and the core never imports a study package."""
+inside functions too), and the core - the shared layers included (report, budget, the CLI) - never imports a study
+package: they learn about studies from the registry (mmfragile.study)."""
 from __future__ import annotations
 
 import ast
@@ -10,7 +11,7 @@ import mmfragile
 ROOT = Path(mmfragile.__file__).parent
 #: the core: what every study runs on; studies import it, never the other way round
 CORE = ("schema", "store", "shards", "runner", "engine", "extraction", "faults", "paths", "figures", "models",
-        "data")
+        "data", "study", "report", "budget", "cli")
 
 
 def module_graph() -> dict[str, set[str]]:
@@ -77,3 +78,16 @@ def test_core_imports_no_study():
     core = [m for m in graph if m.split(".")[1] in CORE]
     bad = {m: sorted(d for d in graph[m] if d.startswith("mmfragile.studies")) for m in core}
     assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_core_check_sees_a_study_import(tmp_path, monkeypatch):
+    """The check counts imports inside functions of a shared layer (as report/build.py had)."""
+    pkg = tmp_path / "mmfragile"
+    (pkg / "report").mkdir(parents=True)
+    (pkg / "studies" / "x").mkdir(parents=True)
+    for f in ("__init__.py", "report/__init__.py", "studies/__init__.py", "studies/x/__init__.py", "studies/x/metrics.py"):
+        (pkg / f).write_text("")
+    (pkg / "report" / "build.py").write_text("def f():\n    from mmfragile.studies.x import metrics\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", pkg)
+    graph = module_graph()
+    assert graph["mmfragile.report.build"] == {"mmfragile.studies.x.metrics"}

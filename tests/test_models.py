@@ -100,3 +100,25 @@ def test_local_checkpoint_loads_through_the_same_path(tiny_vlm, tmp_path):
     m = load_model(str(tmp_path / "ckpt"))
     p = [Prompt("Hello?")]
     assert m.name == "ckpt" and m.generate(p, 3) == tiny_vlm.generate(p, 3)
+
+
+def test_backends_are_one_registry():
+    """Prefix -> loader, kind, options in one table (models.spec.BACKENDS): parsing, kind, name, the accepted
+    options and a hand-built API model's spec all come from it."""
+    from mmfragile.models.spec import BACKENDS, DEFAULT_BACKEND, ModelSpec, spec_of
+
+    assert set(BACKENDS) == {"hf", "vllm", "openai"} and DEFAULT_BACKEND == "hf"
+    s = ModelSpec.parse("openai:http://h:1/v1::gpt-x")
+    assert (s.backend, s.kind, s.name, str(s)) == ("openai", "api", "gpt-x", "openai:http://h:1/v1::gpt-x")
+    assert "max_concurrency" in s.accepted_options()["accepted"]
+    v = ModelSpec.parse("vllm:tiny-vlm")
+    assert (v.backend, v.kind, v.name) == ("vllm", "embedded", "tiny-vlm")
+    with pytest.raises(ValueError, match="openai model spec needs '<base_url>::<model>'"):
+        ModelSpec.parse("openai:gpt-x")
+    with pytest.raises(ValueError, match="backend must be one of hf, vllm, openai"):
+        ModelSpec.parse("tiny-vlm", backend="tgi")
+
+    class Api:
+        name, api, base_url = "gpt-y", True, "http://h:2/v1"
+
+    assert str(spec_of(Api())) == "openai:http://h:2/v1::gpt-y"

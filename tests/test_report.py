@@ -285,7 +285,7 @@ def test_provenance_records_or_says_not_recorded(built):
     assert good["skipped rows"].startswith("1: image missing")
     assert "max_pixels" in good["image policy"]
     assert good["checkpoint hash"] == "not recorded" and good["version"] == "not recorded"
-    judge = next(p for p in built["report"].provenance if p["study"].startswith("judgebias"))
+    judge = next(p for p in built["report"].provenance if p["study"] == "judge/scores")
     assert judge["image policy"] == "not recorded" and "judge-a" in judge["model spec"]
     assert len(built["report"].provenance) == 4
 

@@ -10,7 +10,7 @@ import torch
 from mmfragile.data.easyvqa import known_pictures, load_easy_vqa_media
 from mmfragile.extraction import extract_letter_regex
 from mmfragile.models import zoo
-from mmfragile.studies.judgebias.analysis import _VERBOSE_PREFIX, _VERBOSE_SUFFIX
+from mmfragile.studies.judgebias.items import _VERBOSE_PREFIX, _VERBOSE_SUFFIX
 from mmfragile.studies.judgebias.data import make_easy_vqa_judge_set
 from mmfragile.studies.judgebias.prompts import parse_pairwise, parse_score
 from mmfragile.studies.promptception.prompts import answer_form, prompt_types

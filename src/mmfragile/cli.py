@@ -106,7 +106,6 @@ def _add_run_args(p: argparse.ArgumentParser, study) -> None:
 def _run(a: argparse.Namespace, study) -> int:
     """``run <study>``: the study through :func:`mmfragile.study.run_study`; prints its summary tables."""
     from mmfragile.study import run_study
-    from mmfragile.studies.format_bias.prompts import NoStandardFormat
     from mmfragile.schema import DataError
 
     params = {prm.name: getattr(a, prm.name) for prm in study.params}
@@ -121,8 +120,8 @@ def _run(a: argparse.Namespace, study) -> int:
                         budget=None if budget is None else (budget if budget < 1 else int(budget)),
                         adaptive=getattr(a, "adaptive", False), budget_seed=getattr(a, "budget_seed", 0),
                         budget_batch=getattr(a, "budget_batch", None), progress=not a.quiet, **params)
-    except NoStandardFormat as e:  # a dataset without a Table 5 format: name the option to pass
-        print(f"error: {_no_standard_message(e)}", file=sys.stderr)
+    except tuple(study.errors) as e:  # the study's own errors: its one line names what to pass
+        print(f"error: {study.error_line(e)}", file=sys.stderr)
         return 2
     except DataError as e:  # bad input: say which file and row, and what to do about it
         hint = "" if params.get("skip_bad_rows") or e.row is None else \
@@ -150,8 +149,8 @@ def _run(a: argparse.Namespace, study) -> int:
 
         for stage in study.stages:
             if stage.budget and stage.name in run.stores:  # the same numbers as `mmfragile report` on this store
-                for name, table in estimate_tables(estimate_store(run.stores[stage.name].read(), stage.budget)).items():
-                    print(f"# {name} ({stage.budget} grid estimate)")
+                for name, table in estimate_tables(estimate_store(stage.budget.read(run.stores[stage.name]), stage.budget)).items():
+                    print(f"# {name} ({stage.budget.spec.name} grid estimate)")
                     print(table.to_string(index=False))
     _print_outcome(run, a.out)
     return 0
@@ -252,16 +251,16 @@ def _main(argv: list[str]) -> int:
                    help="parameter and comma-separated values; several -p make a cartesian grid")
     g.add_argument("--out", default="papermill_runs")
 
-    from mmfragile.study import ALIASES, get_study, study_names
+    from mmfragile.study import SHORTCUTS, get_study, study_names
 
-    run = sub.add_parser("run", help="run a study (format-bias, promptception, judge) for a model into result stores")
+    run = sub.add_parser("run", help=f"run a study ({', '.join(study_names())}) for a model into result stores")
     studies = run.add_subparsers(dest="study", required=True)
     for name in study_names():
         st = get_study(name)
         _add_run_args(studies.add_parser(name, help=st.title, description=st.title), st)
-    for alias, name in (("formats", "format-bias"), ("promptception", "promptception"), ("judge", "judge")):
-        st = get_study(name)
-        _add_run_args(sub.add_parser(alias, help=f"= run {name}: {st.title}"), st)
+    for alias in SHORTCUTS:
+        st = get_study(alias)
+        _add_run_args(sub.add_parser(alias, help=f"= run {st.name}: {st.title}"), st)
 
     sub.add_parser("benchmarks", help="the benchmark registry: names, spec kinds, standard formats, sources")
 
@@ -308,8 +307,8 @@ def _main(argv: list[str]) -> int:
         run_grid(a.notebook, _parse_params(a.param), out_dir=a.out)
     elif a.cmd == "run":
         return _run(a, get_study(a.study))
-    elif a.cmd in ("formats", "promptception", "judge"):
-        return _run(a, get_study(ALIASES.get(a.cmd, a.cmd)))
+    elif a.cmd in SHORTCUTS:
+        return _run(a, get_study(a.cmd))
     elif a.cmd == "benchmarks":
         from mmfragile.data.benchmarks import benchmark_table
 
@@ -414,13 +413,6 @@ def _import(a: argparse.Namespace) -> int:
         return 2
     print(store.check())
     return 0
-
-
-def _no_standard_message(e) -> str:
-    names = ", ".join(repr(d) for d in e.datasets)
-    return (f"no standard prompt format for dataset {names} (known: {', '.join(e.known)}); pass "
-            "--standard-format NAME (e.g. --standard-format uppercase-dot-line_break) to give the format of the "
-            "'standard' variant, or --standard-format none to leave that variant out")
 
 
 if __name__ == "__main__":

@@ -113,8 +113,46 @@ RUN_INFO = "run_info"
 MODEL_IDENTITY = "model_identity"
 
 
+#: The tags of stores written before :func:`mmfragile.study.run_study` wrote ``{"study", "stage"}`` into every
+#: config: old ``study`` value -> (study, stage). Judge stores named their stage in ``kind`` (stage None here).
+LEGACY_TAGS: dict[str, tuple[str, str | None]] = {
+    "format-bias": ("format-bias", "grid"), "format-bias-cp-ln": ("format-bias", "cp_ln"),
+    "promptception": ("promptception", "prompts"), "promptception-extraction": ("promptception", "extraction"),
+    "judgebias": ("judge", None)}
+
+
+class UntaggedStore(ValueError):
+    """A store whose config.json names no study."""
+
+
+def store_tag(config: Mapping[str, Any], where: Any = "store") -> tuple[str, str]:
+    """(study, stage) of a store's config - ``{"study", "stage"}``, or an old tag through :data:`LEGACY_TAGS`
+    (a study outside that table without a stage: stage ``""``). A config without ``study`` raises, naming
+    ``where``: which study its rows belong to is not guessed."""
+    if not config.get("study"):
+        raise UntaggedStore(f"{where}: its config.json names no study (\"study\": ...); a store is read only as "
+                            "the study that wrote it - rerun it with `mmfragile run`, or add the study's name")
+    study, stage = str(config["study"]), config.get("stage")
+    if stage is not None:
+        return study, str(stage)
+    study, stage = LEGACY_TAGS.get(study, (study, ""))
+    return study, str(config.get("kind", "scores")) if stage is None else stage
+
+
+def tagged_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with its tag in today's form (``study``, ``stage``; an old judge store's ``kind`` dropped):
+    what the resume check compares, so a store written under an old tag resumes."""
+    if not config.get("study") or "stage" in config:
+        return dict(config)
+    study, stage = store_tag(config)
+    legacy_kind = LEGACY_TAGS.get(str(config["study"]), ("", ""))[1] is None
+    return {**{k: v for k, v in config.items() if not (legacy_kind and k == "kind")}, "study": study, "stage": stage}
+
+
 def _config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple]:
-    """key -> (old value, new value) for the configuration keys that differ (``run_info`` is no configuration)."""
+    """key -> (old value, new value) for the configuration keys that differ (``run_info`` is no configuration;
+    tags compare in today's form, :func:`tagged_config`)."""
+    old, new = tagged_config(old), tagged_config(new)
     keys = (set(old) | set(new)) - {RUN_INFO}
     return {k: (old.get(k), new.get(k)) for k in sorted(keys) if old.get(k) != new.get(k)}
 
@@ -838,14 +876,15 @@ def _merge_into(out: ResultStore, srcs: Sequence[ResultStore], compact: bool) ->
     return report
 
 
-def find_stores(root: str | Path, study: str, default_study: str | None = None) -> list[ResultStore]:
-    """The stores under ``root`` (any depth) whose config names ``study``; a config without a ``study`` key
-    counts as ``default_study``. Folders with a config.json but no ``parts/`` (a model checkpoint, say) are
-    not stores and are skipped."""
+def find_stores(root: str | Path, study: str, stage: str | None = None) -> list[ResultStore]:
+    """The stores under ``root`` (any depth) of ``study`` (and ``stage``), by :func:`store_tag` - a store without
+    a tag raises, naming it. Folders with a config.json but no ``parts/`` (a model checkpoint, say) are not
+    stores and are skipped."""
     out = []
     for cfg in sorted(Path(root).rglob("config.json")):
         if (cfg.parent / "parts").is_dir():
             st = ResultStore(cfg.parent)
-            if st.config.get("study", default_study) == study:
+            tag = store_tag(st.config, cfg)
+            if tag[0] == study and stage in (None, tag[1]):
                 out.append(st)
     return out

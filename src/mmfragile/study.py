@@ -41,6 +41,8 @@ BUILTIN = {
 }
 #: other names a study answers to (the CLI's older commands)
 ALIASES = {"formats": "format-bias", "judgebias": "judge", "mm-judgebias": "judge"}
+#: the CLI's top-level shortcuts for ``run <study>`` (``mmfragile formats`` = ``mmfragile run format-bias``)
+SHORTCUTS = ("formats", "promptception", "judge")
 _REGISTRY: dict[str, "Study"] = {}
 
 
@@ -114,6 +116,21 @@ def table_name(table: pd.DataFrame) -> str:
 
 
 @dataclass(frozen=True)
+class BudgetGrid:
+    """A stage's grid as :mod:`mmfragile.budget` samples and estimates it: ``spec`` (a
+    :class:`~mmfragile.budget.estimator.GridSpec`: the unit and the covariates), ``cells(rows)`` (the complete
+    cell frame of every (model, question) in the stage's store rows, ``correct`` where stored) and, optionally,
+    ``simulate(datasets=, max_items=, seed=, ...)`` (complete grids matching the seed paper's published
+    accuracies, for ``budget.validation``); ``read(store)``: the store's rows (Promptception joins its stage-2
+    extractions in)."""
+
+    spec: Any
+    cells: Callable[[pd.DataFrame], pd.DataFrame]
+    simulate: Callable[..., pd.DataFrame] | None = None
+    read: Callable[[ResultStore], pd.DataFrame] = ResultStore.read   # a store's rows as ``cells`` wants them
+
+
+@dataclass(frozen=True)
 class Stage:
     """One kind of work of a study into one store (see the module docstring).
 
@@ -121,7 +138,9 @@ class Stage:
     ``items(model, units, params, skipped)`` and ``score(model, params)`` run where the model is (a worker);
     ``skipped`` is a list to append bad rows to (``skip_bad_rows``) or None (raise); ``params`` holds the study's
     parameters and ``budgeted`` (a budgeted design samples the items). ``models(ctx)``: the specs to
-    run the stage with, if not the study's model (the generators of self-generated responses)."""
+    run the stage with, if not the study's model (the generators of self-generated responses). ``budget``: the
+    grid a budget samples (None: the stage always runs whole). ``store``: the subfolder of its store (stages
+    may share one); the store's stage tag is :attr:`tag`."""
 
     name: str
     units: Callable[[RunContext], list]
@@ -131,10 +150,16 @@ class Stage:
     store: str = ""
     group_of: Callable[[Any], str] = record_group
     when: Callable[[dict], bool] = lambda params: True
-    budget: str | None = None
+    budget: BudgetGrid | None = None
     models: Callable[[RunContext], list[ModelSpec]] | None = None
     run_kw: Callable[[dict], dict] = lambda params: {}
     unit: str = "prompt"   # what one item is (the progress bar counts items): prompt, option, judgment ...
+
+    @property
+    def tag(self) -> str:
+        """The stage's name in its store's config (``"stage"``): the store it writes, the same for stages that
+        share one."""
+        return self.store or self.name
 
 
 @dataclass(frozen=True)
@@ -142,7 +167,13 @@ class Study:
     """A study: ``name`` (registry key), ``title``, the seed paper, its parameters, ``load(ctx)`` (the driver's
     data: a question table, judge samples and conditions ...), its stages, ``folder(results_dir, model, dataset)``
     (where its stores go when a results folder rather than a store folder is given) and ``summarize(stores)``
-    (the tables the CLI prints after a run)."""
+    (the tables the CLI prints after a run).
+
+    What the shared layers learn from it: ``report(doc, stores, opts)`` - its section of the fragility report
+    (:func:`mmfragile.report.build_report`) from its stores by stage tag (those in ``report_stages``; other
+    stages' stores are listed under provenance only), returning ``(section or None, how-to-report entries)``;
+    ``errors`` - exception type -> one-line message for the CLI (an error a user can cause, and what to pass);
+    each stage's ``budget`` grid (:mod:`mmfragile.budget`)."""
 
     name: str
     title: str
@@ -156,6 +187,13 @@ class Study:
     default_model: str = "zoo-smollm2-good"
     default_dataset: str | None = None
     needs_dataset: bool = True
+    report: Callable[..., tuple[Any, list[dict]]] | None = None
+    report_stages: tuple[str, ...] = ()
+    errors: Mapping[type, Callable[[BaseException], str]] = field(default_factory=dict)
+
+    def error_line(self, exc: BaseException) -> str | None:
+        """The study's one-line message for ``exc`` (its ``errors``), or None."""
+        return next((message(exc) for kind, message in self.errors.items() if isinstance(exc, kind)), None)
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -197,7 +235,33 @@ def get_study(name: "str | Study") -> Study:
 
 
 def study_names() -> list[str]:
-    return sorted(set(BUILTIN) | set(_REGISTRY))
+    """Every study's name: the built-in ones in their order (the report's), then the registered ones."""
+    return list(BUILTIN) + sorted(set(_REGISTRY) - set(BUILTIN))
+
+
+def budget_stage(study: "str | Study", stage: str | None = None) -> Stage:
+    """``study``'s stage with a budget grid (``stage``, or its first one that has one); a study without one
+    raises, naming the studies that have."""
+    st = get_study(study)
+    grids = [s for s in st.stages if s.budget is not None and stage in (None, s.name, s.tag)]
+    if not grids:
+        have = [n for n in study_names() if any(s.budget for s in get_study(n).stages)]
+        raise ValueError(f"study {st.name!r} has no grid a budget can sample (stage {stage or 'any'}); "
+                         f"studies with one: {have}")
+    return grids[0]
+
+
+def budget_grid(study: "str | Study", stage: str | None = None) -> BudgetGrid:
+    """The budget grid of :func:`budget_stage`."""
+    return budget_stage(study, stage).budget
+
+
+def store_stage(config: Mapping[str, Any], where: Any = "store") -> tuple[Study, str]:
+    """The study (from the registry) and stage tag of a store's config (:func:`mmfragile.store.store_tag`)."""
+    from mmfragile.store import store_tag
+
+    name, stage = store_tag(config, where)
+    return get_study(name), stage
 
 
 # ============================================================================================== one stage's work
@@ -240,12 +304,12 @@ class StageTask:
         if self.budget is None:
             run_items(model, items, store, score, shard=shard, stop_after=self.stop_after, **kw)
             return
-        from mmfragile.budget import run_budgeted, spec_for
+        from mmfragile.budget import run_budgeted
 
         if stage.budget is None:
             raise ValueError(f"{self.study}/{self.stage} is no grid a budget can sample")
         kw.pop("desc")
-        run_budgeted(model, items, store, spec_for(stage.budget), self.budget, seed=self.budget_seed,
+        run_budgeted(model, items, store, stage.budget.spec, self.budget, seed=self.budget_seed,
                      adaptive=self.adaptive, batch=self.budget_batch, score_fn=score, **kw)
 
 
@@ -375,7 +439,8 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
             continue
         t0 = time.perf_counter()
         units = stage.units(ctx)
-        store = ResultStore(ctx.folder / stage.store, config=stage.config(ctx), run_info=ctx.run_info or None)
+        store = ResultStore(ctx.folder / stage.store, config={**stage.config(ctx), **tag(study, stage)},
+                            run_info=ctx.run_info or None)
         before = stored_keys(store)
         task = StageTask(study.name, stage.name, tuple(sorted(ctx.params.items())),
                          budget if stage.budget else None, adaptive, budget_seed, budget_batch, progress)
@@ -398,6 +463,20 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
         run.new_rows[stage.name] = len(new)
         run.new_questions[stage.name] = len({k[:2] for k in new})
     return run
+
+
+def run_stage(task: StageTask, model: MLLM, units: list, store: ResultStore, shard: "Shard | str | None" = None,
+              dataset: str | None = None) -> None:
+    """One stage's ``task`` on a loaded model into a given ``store``, as :func:`run_study` runs it: the model's
+    identity pinned and its provenance recorded first (the path of the studies' wrappers that take a store)."""
+    _pin_model(store, spec_of(model), model, dataset, {})
+    task(model, units, store, shard)
+
+
+def tag(study: Study, stage: Stage) -> dict[str, str]:
+    """What every store's config says it holds: ``{"study": <study name>, "stage": <stage tag>}`` - the one name
+    the report, the budget, ``merge`` and the analyses read it by."""
+    return {"study": study.name, "stage": stage.tag}
 
 
 def _pin_model(store: ResultStore, spec: ModelSpec, loaded: MLLM | None, dataset: str | None,

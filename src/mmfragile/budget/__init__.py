@@ -11,8 +11,10 @@ store, and estimate the whole grid's accuracy distribution from it (:mod:`mmfrag
   ``adaptive=True`` it runs the stratified design for ``initial`` of the budget, then batches chosen by
   :func:`~mmfragile.budget.estimator.adaptive_batch` from what the store holds - a deterministic function of the
   stored outcomes and the seed, so a killed run resumes with the same choices for the same store contents.
-* :func:`format_bias_cells` / :func:`promptception_cells` - the complete cell frame of a study from store rows
-  alone (for analyses that have a store but not the model), outcomes attached where observed.
+* :func:`estimate_store` - the estimate from a study's store rows alone: its stage declares its grid
+  (:class:`mmfragile.study.BudgetGrid`: the estimator's :class:`GridSpec` and the function that rebuilds the
+  complete cell frame from store rows, outcomes attached where observed; :func:`mmfragile.study.budget_grid`
+  finds it by study name) - this package imports no study and no registry.
 """
 from __future__ import annotations
 
@@ -22,26 +24,17 @@ import numpy as np
 import pandas as pd
 
 from mmfragile.runner import EvalItem, ScoreFn, exact_match_score, run_items
-from mmfragile.budget.estimator import (FORMAT_BIAS, PROMPTCEPTION, GridSpec, adaptive_batch, budget_size, estimate,
-                             stratified_order)
+from mmfragile.budget.estimator import GridSpec, adaptive_batch, budget_size, estimate, stratified_order
 from mmfragile.models.base import MLLM
 from mmfragile.schema import DataError
 from mmfragile.store import ResultStore
 
-__all__ = ["KEY", "spec_for", "item_cells", "attach_outcomes", "select_items", "run_budgeted",
-           "format_bias_cells", "promptception_cells", "estimate_store", "estimate_tables", "STORE_LEVEL",
+__all__ = ["KEY", "item_cells", "attach_outcomes", "select_items", "run_budgeted",
+           "rows_with_position", "first_rows", "merge_outcomes", "estimate_store", "estimate_tables", "STORE_LEVEL",
            "STORE_DRAWS", "STORE_SEED"]
 
 #: Columns that identify a cell in a store (with the model).
 KEY = ["dataset", "question_id", "variant"]
-
-
-def spec_for(study: str) -> GridSpec:
-    """The estimator spec of a study (``"format-bias"`` or ``"promptception"``)."""
-    specs = {FORMAT_BIAS.name: FORMAT_BIAS, PROMPTCEPTION.name: PROMPTCEPTION}
-    if study not in specs:
-        raise ValueError(f"no budget spec for study {study!r}; known: {sorted(specs)}")
-    return specs[study]
 
 
 def _answer_position(option_ids: Sequence[str], answer_id: str, where: str) -> int:
@@ -131,7 +124,7 @@ def run_budgeted(model: MLLM, items: Sequence[EvalItem], store: ResultStore, spe
 
 
 # ---------------------------------------------------------------------------------------------- from stores
-def _rows_with_position(rows: pd.DataFrame, what: str) -> pd.DataFrame:
+def rows_with_position(rows: pd.DataFrame, what: str) -> pd.DataFrame:
     need = ["model", "dataset", "question_id", "variant", "option_ids", "answer_id", "correct"]
     missing = [c for c in need if c not in rows.columns]
     if missing:
@@ -141,78 +134,29 @@ def _rows_with_position(rows: pd.DataFrame, what: str) -> pd.DataFrame:
     return rows.assign(answer_position=pos, question=rows["dataset"].astype(str) + "/" + rows["question_id"].astype(str))
 
 
-def _first_rows(rows: pd.DataFrame) -> pd.DataFrame:
+def first_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, dataset, question), sorted: the grid's cell order, whatever the store's row order."""
     key = ["model", "dataset", "question_id"]
     first = rows.drop_duplicates(key)
     return first.iloc[np.lexsort([first[c].astype(str).to_numpy() for c in reversed(key)])]
 
 
-def _merge_outcomes(grid: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+def merge_outcomes(grid: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     obs = rows[["model", *KEY, "correct"]].assign(correct=rows["correct"].astype(bool).astype(float))
     key = ["model", *KEY]
     out = grid.merge(obs.astype({c: str for c in key}), on=key, how="left")
     return out
 
 
-def format_bias_cells(rows: pd.DataFrame, formats: Sequence[str] | None = None) -> pd.DataFrame:
-    """The complete 48-format x circular-shift grid of every (model, question) in format-bias store rows (the
-    ``standard`` variant left out), with ``correct`` where the store has the cell. A question's grid is rebuilt
-    from any one of its rows (option count, shift and shown answer position give the canonical answer)."""
-    from mmfragile.studies.format_bias.prompts import PromptFormat, all_formats
-
-    r = rows[rows["format"].astype(str) != "standard"] if "format" in rows.columns else rows
-    r = _rows_with_position(r, "format_bias_cells")
-    fmts = [PromptFormat.from_name(f) for f in formats] if formats else all_formats()
-    first = _first_rows(r)
-    parts = []
-    for rec in first.to_dict("records"):
-        n = len(list(rec["option_ids"]))
-        a0 = (int(rec["answer_position"]) + int(rec["shift"])) % n       # shown position = (answer - shift) % n
-        for f in fmts:
-            for s in range(n):
-                parts.append({"model": rec["model"], "dataset": rec["dataset"], "question_id": rec["question_id"],
-                              "variant": f"{f.name}|s{s}", "format": f.name, "option_id_set": f.option_ids,
-                              "delimiter": f.delimiter, "separator": f.separator, "shift": s, "n_options": n,
-                              "answer_position": (a0 - s) % n, "question": rec["question"]})
-    grid = pd.DataFrame(parts).astype({"model": str, "dataset": str, "question_id": str, "variant": str})
-    return _merge_outcomes(grid, r)
-
-
-def promptception_cells(rows: pd.DataFrame, prompt_ids: Sequence[str] | None = None) -> pd.DataFrame:
-    """The complete question x prompt grid of every (model, question) in Promptception store rows - the
-    catalog's prompts that support the question's modality (59 / 61), or ``prompt_ids`` - with ``correct`` where
-    the store has the cell. ``answer_position`` is the correct letter's index."""
-    from mmfragile.studies.promptception.prompts import get_prompt_type, prompt_ids as catalog_ids
-
-    r = _rows_with_position(rows, "promptception_cells")
-    pids = [str(p) for p in (prompt_ids or catalog_ids(include_baseline=False))]
-    types = [get_prompt_type(p) for p in pids]
-    first = _first_rows(r)
-    parts = []
-    for rec in first.to_dict("records"):
-        for t in types:
-            if not t.supports(rec["modality"]):
-                continue
-            parts.append({"model": rec["model"], "dataset": rec["dataset"], "question_id": rec["question_id"],
-                          "variant": t.prompt_id, "prompt_id": t.prompt_id, "category": str(int(t.category)),
-                          "supercategory": str(int(t.supercategory)), "intent": t.intent or "neutral",
-                          "modality": rec["modality"], "answer_position": int(rec["answer_position"]),
-                          "question": rec["question"]})
-    grid = pd.DataFrame(parts).astype({"model": str, "dataset": str, "question_id": str, "variant": str})
-    return _merge_outcomes(grid, r)
-
-
 #: The settings of every store estimate (``mmfragile run --budget`` and ``mmfragile report`` print the same numbers).
 STORE_LEVEL, STORE_DRAWS, STORE_SEED = 0.9, 400, 0
 
 
-def estimate_store(rows: pd.DataFrame, study: str, level: float = STORE_LEVEL, n_draws: int = STORE_DRAWS,
+def estimate_store(rows: pd.DataFrame, grid: Any, level: float = STORE_LEVEL, n_draws: int = STORE_DRAWS,
                    seed: int = STORE_SEED, **kw: Any):
-    """:func:`~mmfragile.budget.estimator.estimate` on the complete grid rebuilt from a study's store rows (in
-    any row order: the grid is built in sorted question order, so the posterior draws do not depend on it)."""
-    cells = format_bias_cells(rows) if study == FORMAT_BIAS.name else promptception_cells(rows)
-    return estimate(cells, spec_for(study), level=level, n_draws=n_draws, seed=seed, **kw)
+    """:func:`~mmfragile.budget.estimator.estimate` on the complete grid rebuilt from a study's store rows (``grid``:
+    the stage's :class:`~mmfragile.study.BudgetGrid`, :func:`mmfragile.study.budget_grid`; in any row order: the grid is built in sorted question order, so the posterior draws do not depend on it)."""
+    return estimate(grid.cells(rows), grid.spec, level=level, n_draws=n_draws, seed=seed, **kw)
 
 
 def estimate_tables(est) -> dict[str, pd.DataFrame]:

@@ -57,7 +57,7 @@ from threadpoolctl import threadpool_limits
 
 from mmfragile.schema import DataError
 
-__all__ = ["Term", "GridSpec", "FORMAT_BIAS", "PROMPTCEPTION", "QUANTILES", "STATISTICS", "IRTFit", "fit_irt",
+__all__ = ["Term", "GridSpec", "QUANTILES", "STATISTICS", "IRTFit", "fit_irt",
            "BudgetEstimate", "estimate", "unit_accuracy", "summarize_units", "stratified_order",
            "budget_size", "adaptive_batch"]
 
@@ -103,31 +103,6 @@ class GridSpec:
 
     def question_terms(self) -> list[Term]:
         return [t for t in self.terms if self.question in t.columns]
-
-
-#: Study 1: 48 formats x circular shifts. The format covariates of Tab. 1, the shift, the shown position of the
-#: correct answer (position bias differs between formats, Sec. 5.1 / C.2, hence the interactions), a free
-#: effect per format and per format x answer position, and question effects (overall and per answer position:
-#: under circular evaluation a question is asked once per position). Prior scales were set on the embedded
-#: easy-VQA grid and the simulations of ``budget_validation`` (see the notebook 35), not tuned per grid.
-FORMAT_BIAS = GridSpec("format-bias", unit="format", terms=(
-    Term(("option_id_set",), 1.5), Term(("delimiter",), 1.5), Term(("separator",), 1.5),
-    Term(("shift",), 0.5), Term(("answer_position",), 1.5),
-    Term(("option_id_set", "delimiter"), 1.0), Term(("option_id_set", "separator"), 1.0),
-    Term(("delimiter", "separator"), 1.0), Term(("format",), 1.0),
-    Term(("option_id_set", "answer_position"), 1.0), Term(("delimiter", "answer_position"), 1.0),
-    Term(("separator", "answer_position"), 1.0), Term(("format", "answer_position"), 0.75),
-    Term(("question",), 2.0), Term(("question", "answer_position"), 1.0),
-))
-
-#: Promptception: 61 prompt types. Category / supercategory / intent of Tab. 1 / Tab. 3, a free effect per
-#: prompt, the correct answer's letter position (a prompt can move a model's letter bias) and question effects.
-PROMPTCEPTION = GridSpec("promptception", unit="prompt_id", terms=(
-    Term(("supercategory",), 1.0), Term(("category",), 1.0), Term(("intent",), 1.0),
-    Term(("prompt_id",), 1.0), Term(("answer_position",), 1.0),
-    Term(("category", "answer_position"), 0.75), Term(("prompt_id", "answer_position"), 0.5),
-    Term(("question",), 2.0),
-))
 
 
 # ================================================================================================ design

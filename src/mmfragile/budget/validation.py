@@ -5,7 +5,8 @@
   error of the mean and of every quantile, interval coverage, best / worst variant (hit and regret) and the
   model ranking per variant (Kendall tau, scipy), for the model-based estimate and PromptEval's "avg" baseline
   (per-variant mean of the observed cells).
-* :func:`simulate_format_grid` / :func:`simulate_promptception_grid` - complete grids for the published
+* :func:`simulate_grid` (each study's grid ``simulate``: ``simulate_published`` of its ``budget`` module) -
+  complete grids for the published
   per-variant tables, which publish no per-question outcomes. **What is simulated:** the per-question outcomes.
   A logistic latent-threshold IRT model: item ``i`` of model ``m`` has ability-adjusted difficulty
   ``b_mi = tau * (rho * z_i + sqrt(1 - rho^2) * e_mi)`` (``z``, ``e`` standard normal: items are harder or
@@ -28,19 +29,12 @@ from scipy import stats as sps
 
 from mmfragile.schema import DataError
 
-from mmfragile.budget.estimator import (FORMAT_BIAS, PROMPTCEPTION, STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
+from mmfragile.budget.estimator import (STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
                      stratified_order, summarize_units, unit_accuracy)
 
-__all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth", "hide", "design_mask", "error_curves", "summarize_curves", "simulate_format_grid",
-           "simulate_promptception_grid", "FORMAT_ITEMS", "PROMPTCEPTION_ITEMS", "simulation_spec",
+__all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth", "hide", "design_mask", "error_curves", "summarize_curves", "simulate_grid",
+           "simulation_spec",
            "PROMPTEVAL_REPORTED"]
-
-#: Circular-evaluation items per dataset (Tab. 5 "Circ. eval.").
-FORMAT_ITEMS: dict[str, int] = {"A-OKVQA": 4580, "HRBench-4K": 800, "MMBench": 4876, "MME-RealWorld-Lite": 9595,
-                                "V*Bench": 596}
-#: Questions per benchmark (Promptception Sec. 2.3: MMStar 1,500; MVBench 4,000 - 100 videos for GPT-4o and
-#: Gemini 1.5 Pro; MMMU-Pro's count is not restated in the seed: 1,730 is MMMU-Pro's standard (4/10-option) set).
-PROMPTCEPTION_ITEMS: dict[str, int] = {"MMStar": 1500, "MMMU-Pro": 1730, "MVBench": 4000}
 
 #: What PromptEval (Maia Polo et al. 2024) reports, for the side-by-side in notebook 35 / 42. Only statements
 #: and set-ups are recorded here; their per-budget errors are published as figures (Figs. 1, 3), not tables.
@@ -57,6 +51,9 @@ PROMPTEVAL_REPORTED = pd.DataFrame([
 
 #: The committed complete grid of an embedded model (resources/budget/): see :func:`load_embedded_grid`.
 EMBEDDED_GRID = "format_bias_smollm2-vlm_easy-vqa.parquet"
+#: study -> its committed embedded grid
+EMBEDDED_GRIDS = {"format-bias": EMBEDDED_GRID}
+EMBEDDED_NOTE = "embedded smollm2-vlm (random vision tower) on easy-VQA"
 
 
 def load_embedded_grid(name: str = EMBEDDED_GRID) -> pd.DataFrame:
@@ -81,42 +78,39 @@ def load_embedded_grid(name: str = EMBEDDED_GRID) -> pd.DataFrame:
 
 def complete_grid(source: str, study: str = "format-bias", datasets: Sequence[str] | None = None,
                   max_items: int | None = None, seed: int = 0, **sim_kw) -> tuple[pd.DataFrame, GridSpec, str]:
-    """A complete grid to validate on, its spec and a note on what it is:
+    """A complete grid of ``study`` (its :class:`~mmfragile.study.BudgetGrid`) to validate on, its spec and a
+    note on what it is:
 
-    * ``"embedded"`` - :func:`load_embedded_grid` (format bias only);
-    * ``"published"`` - :func:`simulate_format_grid` / :func:`simulate_promptception_grid` (see the module
-      docstring for what is simulated), with :func:`simulation_spec`;
-    * a results folder - every study store under it (:func:`mmfragile.budget.format_bias_cells` /
-      ``promptception_cells``), keeping the (model, question) grids that are complete."""
-    if study not in (FORMAT_BIAS.name, PROMPTCEPTION.name):
-        raise ValueError(f"study must be {FORMAT_BIAS.name!r} or {PROMPTCEPTION.name!r}, not {study!r}")
-    fb = study == FORMAT_BIAS.name
+    * ``"embedded"`` - :func:`load_embedded_grid` (the studies in :data:`EMBEDDED_GRIDS`);
+    * ``"published"`` - the grid's ``simulate`` (complete grids matching the seed paper's per-variant tables; see
+      the module docstring for what is simulated), with :func:`simulation_spec`;
+    * a results folder - every store of the study under it (the grid's ``cells``), keeping the (model,
+      question) grids that are complete."""
+    from mmfragile.study import budget_stage
+
+    stage = budget_stage(study)
+    grid = stage.budget
     if source == "embedded":
-        if not fb:
-            raise DataError("no committed embedded Promptception grid: pass 'published' or a results folder")
-        return load_embedded_grid(), FORMAT_BIAS, "embedded smollm2-vlm (random vision tower) on easy-VQA"
+        if study not in EMBEDDED_GRIDS:
+            raise DataError(f"no committed embedded {study} grid (only {sorted(EMBEDDED_GRIDS)}): pass 'published' "
+                            "or a results folder")
+        return load_embedded_grid(EMBEDDED_GRIDS[study]), grid.spec, EMBEDDED_NOTE
     if source == "published":
-        sim = (simulate_format_grid(datasets=datasets, max_items=max_items, seed=seed, **sim_kw) if fb else
-               simulate_promptception_grid(benchmarks=datasets, max_items=max_items, seed=seed, **sim_kw))
-        spec = simulation_spec(FORMAT_BIAS if fb else PROMPTCEPTION)
-        return sim, spec, "simulated per-question outcomes matching the published per-variant accuracies"
-    from mmfragile import budget as B
+        if grid.simulate is None:
+            raise DataError(f"study {study!r} has no published grid to simulate: pass a results folder")
+        sim = grid.simulate(datasets=datasets, max_items=max_items, seed=seed, **sim_kw)
+        return sim, simulation_spec(grid.spec), "simulated per-question outcomes matching the published per-variant accuracies"
     from mmfragile.store import find_stores
 
-    stores = find_stores(source, study, default_study=study)
+    stores = find_stores(source, study, stage.tag)
     if not stores:
         raise DataError(f"{source}: no {study!r} result stores under this folder")
-    if fb:
-        rows = pd.concat([st.read() for st in stores], ignore_index=True)
-    else:  # stage-2 extractions joined in
-        from mmfragile.studies.promptception.extraction import read_answers
-
-        rows = pd.concat([read_answers(st) for st in stores], ignore_index=True)
-    cells = B.format_bias_cells(rows) if fb else B.promptception_cells(rows)
+    rows = pd.concat([grid.read(st) for st in stores], ignore_index=True)   # e.g. stage-2 extractions joined in
+    cells = grid.cells(rows)
     full = cells.groupby(["model", "question"])["correct"].transform(lambda c: c.notna().all())
     if not full.any():
         raise DataError(f"{source}: no (model, question) has its complete grid; run the full grid first")
-    return cells[full].reset_index(drop=True), FORMAT_BIAS if fb else PROMPTCEPTION, f"complete grids in {source}"
+    return cells[full].reset_index(drop=True), grid.spec, f"complete grids in {source}"
 
 
 def simulation_spec(spec: GridSpec) -> GridSpec:
@@ -300,7 +294,7 @@ def _latent_threshold(acc: np.ndarray, b: np.ndarray, rng: np.random.Generator) 
     return y
 
 
-def _simulate(table: pd.DataFrame, group: str, unit_cols: list[str], n_items: dict[str, int], tau: float,
+def simulate_grid(table: pd.DataFrame, group: str, unit_cols: list[str], n_items: dict[str, int], tau: float,
               rho: float, seed: int, max_items: int | None) -> pd.DataFrame:
     frames = []
     for ds, gd in table.groupby(group, sort=True):
@@ -320,57 +314,6 @@ def _simulate(table: pd.DataFrame, group: str, unit_cols: list[str], n_items: di
                                      question=np.tile([f"i{i:05d}" for i in range(n)], len(gm)),
                                      correct=y.T.ravel().astype(float)))
     return pd.concat(frames, ignore_index=True)
-
-
-def simulate_format_grid(published: pd.DataFrame | None = None, datasets: Sequence[str] | None = None,
-                         models: Sequence[str] | None = None, tau: float = 2.0, rho: float = 0.8, seed: int = 0,
-                         max_items: int | None = None, n_items: dict[str, int] | None = None) -> pd.DataFrame:
-    """Complete simulated grids for Tabs. 8-12 (see the module docstring for exactly what is simulated):
-    a cell frame ``dataset, model, question, format, option_id_set, delimiter, separator, correct`` (the column
-    names of the runs), one row per item x format x model."""
-    from mmfragile.studies.format_bias import metrics as fb
-
-    pub = fb.load_published_results() if published is None else published
-    if datasets is not None:
-        pub = pub[pub["dataset"].isin(datasets)]
-    if models is not None:
-        pub = pub[pub["model"].isin(models)]
-    pub = pub.rename(columns={"option_ids": "option_id_set"}).copy()
-    pub["format"] = pub["option_id_set"] + "-" + pub["delimiter"] + "-" + pub["separator"]
-    return _simulate(pub, "dataset", ["format", "option_id_set", "delimiter", "separator"],
-                     {**FORMAT_ITEMS, **(n_items or {})}, tau, rho, seed, max_items)
-
-
-def simulate_promptception_grid(published: pd.DataFrame | None = None, benchmarks: Sequence[str] | None = None,
-                                models: Sequence[str] | None = None, tau: float = 2.0, rho: float = 0.8,
-                                seed: int = 0, max_items: int | None = None,
-                                n_items: dict[str, int] | None = None) -> pd.DataFrame:
-    """Complete simulated grids for Promptception's Tables 6-8 (59 / 61 prompts x 10 models x 3 benchmarks):
-    ``dataset`` (= benchmark), ``model, question, prompt_id, category, supercategory, intent, correct``.
-    MVBench's GPT-4o / Gemini 1.5 Pro rows were measured on 100 videos: they get 100 items."""
-    from mmfragile.studies.promptception import metrics as pc
-
-    pub = pc.load_published_accuracy() if published is None else published
-    if benchmarks is not None:
-        pub = pub[pub["benchmark"].isin(benchmarks)]
-    if models is not None:
-        pub = pub[pub["model"].isin(models)]
-    pub = pub.rename(columns={"benchmark": "dataset"}).copy()
-    pub["prompt_id"] = pub["prompt_id"].astype(str)
-    pub["category"] = pub["prompt_id"].map(pc.prompt_category).astype(str)
-    pub["supercategory"] = pub["prompt_id"].map(pc.prompt_supercategory).astype(str)
-    pub["intent"] = pub["prompt_id"].map(pc.PROMPT_INTENT)
-    items = {**PROMPTCEPTION_ITEMS, **(n_items or {})}
-    parts = []
-    for (ds, subset), g in pub.groupby(["dataset", pub["model"].isin(pc.PROPRIETARY_MODELS) & pub["dataset"].isin(
-            pc.PROPRIETARY_EXCLUDED_BENCHMARKS)], sort=True):
-        n = {ds: 100 if subset else items[ds]}
-        sim = _simulate(g, "dataset", ["prompt_id", "category", "supercategory", "intent"], n, tau, rho,
-                        seed + (7 if subset else 0), max_items)
-        if subset:
-            sim["dataset"] = sim["dataset"] + " (100-video subset)"
-        parts.append(sim)
-    return pd.concat(parts, ignore_index=True)
 
 
 # ================================================================================================ report

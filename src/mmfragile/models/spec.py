@@ -24,13 +24,12 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
-from mmfragile.models.base import keyword_params
+from mmfragile.models.base import keyword_params  # noqa: F401  (re-exported)
 
-BACKENDS = ("hf", "vllm", "openai")
 #: keyword arguments that change where and how fast a model runs, not its outputs: left out of a store's model
 #: identity (:func:`mmfragile.provenance.model_identity`), so a resume may change them. ``device`` is where it runs
 #: (like the hardware, not part of the identity); ``api_key`` is a secret and is never recorded.
@@ -84,16 +83,21 @@ class ModelSpec:
         if not text:
             raise ValueError("empty model spec")
         prefix, sep, rest = text.partition(":")
-        if sep and prefix in ("vllm", "openai"):
-            if backend not in (None, prefix, "hf"):
+        if sep and prefix in BACKENDS and prefix != DEFAULT_BACKEND:
+            if backend not in (None, prefix, DEFAULT_BACKEND):
                 raise ValueError(f"model spec {text!r} names backend {prefix!r} but backend={backend!r} was given")
             backend, text = prefix, rest
-        backend = backend or "hf"
+        backend = backend or DEFAULT_BACKEND
         if backend not in BACKENDS:
-            raise ValueError(f"backend must be 'hf' or 'vllm' (or an openai:<url>::<model> spec), not {backend!r}")
-        if backend == "openai" and "::" not in text:
-            raise ValueError(f"openai model spec needs '<base_url>::<model>', got {spec!r}")
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)} ({'; '.join(b.form for b in BACKENDS.values())}), "
+                             f"not {backend!r}")
+        BACKENDS[backend].check_source(text, spec)
         return cls(backend, text, tuple(sorted(kwargs.items())))
+
+    @property
+    def backend_entry(self) -> "Backend":
+        """This spec's entry in the backend registry (:data:`BACKENDS`)."""
+        return BACKENDS[self.backend]
 
     # ------------------------------------------------------------------ what it is
     @property
@@ -117,8 +121,8 @@ class ModelSpec:
         from mmfragile.models.embedded import EMBEDDED_MODELS
         from mmfragile.models.zoo import ZOO_MODELS
 
-        if self.backend == "openai":
-            return "api"
+        if self.backend_entry.kind:
+            return self.backend_entry.kind
         if self.source in ZOO_MODELS:
             return "zoo"
         if self.base_name in EMBEDDED_MODELS:
@@ -130,7 +134,7 @@ class ModelSpec:
         """The model's name in result stores, figures and reports - the name the loaded model carries."""
         if "name" in self.options:
             return str(self.options["name"])
-        if self.backend == "openai":
+        if self.kind == "api":
             return self.source.partition("::")[2]
         if self.kind in ("embedded", "zoo"):
             return self.source
@@ -146,7 +150,7 @@ class ModelSpec:
         return _NOTES.get(self.base_name)
 
     def __str__(self) -> str:
-        head = "" if self.backend == "hf" else f"{self.backend}:"
+        head = "" if self.backend == DEFAULT_BACKEND else f"{self.backend}:"
         return head + self.source + "".join(f" {k}={v}" for k, v in self.kwargs)
 
     # ------------------------------------------------------------------ checking
@@ -157,10 +161,10 @@ class ModelSpec:
         model type transformers does not know. :func:`mmfragile.run_study` calls it before it reads any data."""
         from mmfragile.errors import UsageError
 
-        if self.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-            raise UsageError(f"{self}: the vLLM backend needs vLLM; create its environment with "
-                             "scripts/install_vllm.sh and run mmfragile from it")
-        folder = None if self.backend == "openai" or self.kind in ("embedded", "zoo") else self._local_folder()
+        need = self.backend_entry.requires
+        if need and importlib.util.find_spec(need[0]) is None:
+            raise UsageError(f"{self}: the {self.backend} backend needs {need[0]}; {need[1]}")
+        folder = None if self.kind in ("api", "embedded", "zoo") else self._local_folder()
         config = {}
         if folder is not None and "gguf_file" not in self.options:  # a GGUF file holds config, weights, tokenizer
             from mmfragile.models.hf import check_checkpoint
@@ -171,26 +175,7 @@ class ModelSpec:
 
     def accepted_options(self) -> dict[str, list[str]]:
         """The keyword arguments this spec's backend takes, by where they go (the backend's own; its library's)."""
-        if self.backend == "openai":
-            from mmfragile.models.openai_api import OpenAIChatModel
-
-            return {"accepted": keyword_params(OpenAIChatModel.__init__, ("self", "base_url", "model"))}
-        if self.backend == "vllm":
-            from mmfragile.models.vllm_backend import VLLMModel
-
-            own = keyword_params(VLLMModel.__init__, ("self", "path"))
-            try:
-                import dataclasses
-
-                from vllm.engine.arg_utils import EngineArgs
-
-                return {"accepted": own, "vLLM engine arguments": sorted(f.name for f in dataclasses.fields(EngineArgs))}
-            except ImportError:
-                return {"accepted": own}
-        from mmfragile.models.hf import load_options
-
-        own, library = load_options()
-        return {"accepted": sorted(own), "transformers loading keywords": library}
+        return self.backend_entry.options()
 
     def _check_options(self, config: Mapping[str, Any]) -> None:
         accepted = self.accepted_options()
@@ -231,29 +216,7 @@ class ModelSpec:
         return model
 
     def _load(self, kw: dict[str, Any]):
-        if self.backend == "openai":
-            from mmfragile.models.openai_api import OpenAIChatModel
-
-            url, _, model = self.source.partition("::")
-            return OpenAIChatModel(url, model, **kw)
-        kind = self.kind
-        if self.backend == "vllm":
-            from mmfragile.models.vllm_backend import VLLMModel
-
-            return VLLMModel(self.checkpoint_dir(), **kw)
-        if kind == "zoo":
-            from mmfragile.models.zoo import load_zoo
-
-            return load_zoo(self.source, **kw)
-        if kind == "embedded":
-            from mmfragile.models.embedded import load_embedded
-
-            return load_embedded(self.base_name, seed=int(self.source.partition("@")[2] or 0), **kw)
-        from mmfragile.models.hf import HFModel
-
-        if kind == "cached":
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # only the local HF cache, never the network
-        return HFModel.from_pretrained(self.source, **kw)
+        return self.backend_entry.load(self, kw)
 
     def checkpoint_dir(self) -> Path | None:
         """The local checkpoint folder (built first for embedded and zoo models); None for an API model."""
@@ -302,7 +265,8 @@ def spec_of(model) -> ModelSpec:
     (``model.api``), so that what depends on the backend (Promptception's answer formats) follows what it is."""
     spec = getattr(model, "spec", None)
     if spec is None:
-        spec = (ModelSpec("openai", f"{getattr(model, 'base_url', '')}::{model.name}") if model.api
+        api = next(b.name for b in BACKENDS.values() if b.kind == "api")
+        spec = (ModelSpec(api, f"{getattr(model, 'base_url', '')}::{model.name}") if model.api
                 else ModelSpec.parse(model.name))
     return spec if spec.name == model.name else as_spec(spec, name=model.name)
 
@@ -312,3 +276,96 @@ def as_spec(model: "str | ModelSpec", backend: str | None = None, model_args: Ma
     """``model`` (+ ``model_args``, a mapping or ``"k=v,..."``) as a :class:`ModelSpec`."""
     extra = parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
     return ModelSpec.parse(model, backend, **{**extra, **kwargs})
+
+
+# ============================================================================================== backends
+@dataclass(frozen=True)
+class Backend:
+    """One backend, in the one registry of them (:data:`BACKENDS`): its name (the spec's prefix, none for the
+    default), ``form`` (how its spec is written, for errors), ``kind`` (what every spec of it is - ``api`` - or
+    None: by source), ``load(spec, kwargs)`` -> the model, ``options()`` -> the keyword arguments it takes by
+    where they go, ``check_source(source, spec)`` (raises ValueError on a malformed spec) and ``requires`` (a
+    module it needs, and how to get it). What a loaded model can do is declared on its class
+    (:class:`~mmfragile.models.base.MLLM`'s capability attributes), never probed."""
+
+    name: str
+    form: str
+    load: Callable[["ModelSpec", dict], Any]
+    options: Callable[[], dict[str, list[str]]]
+    kind: str | None = None
+    check_source: Callable[[str, Any], None] = lambda source, spec: None
+    requires: tuple[str, str] | None = None
+
+
+def _load_openai(spec: ModelSpec, kw: dict[str, Any]):
+    from mmfragile.models.openai_api import OpenAIChatModel
+
+    url, _, model = spec.source.partition("::")
+    return OpenAIChatModel(url, model, **kw)
+
+
+def _openai_options() -> dict[str, list[str]]:
+    from mmfragile.models.openai_api import OpenAIChatModel
+
+    return {"accepted": keyword_params(OpenAIChatModel.__init__, ("self", "base_url", "model"))}
+
+
+def _openai_source(source: str, spec: Any) -> None:
+    if "::" not in source:
+        raise ValueError(f"openai model spec needs '<base_url>::<model>', got {spec!r}")
+
+
+def _load_vllm(spec: ModelSpec, kw: dict[str, Any]):
+    from mmfragile.models.vllm_backend import VLLMModel
+
+    return VLLMModel(spec.checkpoint_dir(), **kw)
+
+
+def _vllm_options() -> dict[str, list[str]]:
+    from mmfragile.models.vllm_backend import VLLMModel
+
+    own = keyword_params(VLLMModel.__init__, ("self", "path"))
+    try:
+        import dataclasses
+
+        from vllm.engine.arg_utils import EngineArgs
+
+        return {"accepted": own, "vLLM engine arguments": sorted(f.name for f in dataclasses.fields(EngineArgs))}
+    except ImportError:
+        return {"accepted": own}
+
+
+def _load_hf(spec: ModelSpec, kw: dict[str, Any]):
+    """Embedded and zoo models by name, else a checkpoint folder or a model id in the local HF cache."""
+    kind = spec.kind
+    if kind == "zoo":
+        from mmfragile.models.zoo import load_zoo
+
+        return load_zoo(spec.source, **kw)
+    if kind == "embedded":
+        from mmfragile.models.embedded import load_embedded
+
+        return load_embedded(spec.base_name, seed=int(spec.source.partition("@")[2] or 0), **kw)
+    from mmfragile.models.hf import HFModel
+
+    if kind == "cached":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # only the local HF cache, never the network
+    return HFModel.from_pretrained(spec.source, **kw)
+
+
+def _hf_options() -> dict[str, list[str]]:
+    from mmfragile.models.hf import load_options
+
+    own, library = load_options()
+    return {"accepted": sorted(own), "transformers loading keywords": library}
+
+
+DEFAULT_BACKEND = "hf"
+#: every backend: spec prefix -> :class:`Backend`
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    Backend("hf", "<embedded or zoo name | checkpoint folder | cached model id>", _load_hf, _hf_options),
+    Backend("vllm", "vllm:<the same as hf>", _load_vllm, _vllm_options,
+            requires=("vllm", "create its environment with scripts/install_vllm.sh and run mmfragile from it")),
+    Backend("openai", "openai:<base_url>::<model>", _load_openai, _openai_options, kind="api",
+            check_source=_openai_source),
+)}

@@ -1,12 +1,9 @@
 """Compute and render the fragility report (see :mod:`mmfragile.report`).
 
-Numbers come from the metric functions - :func:`mmfragile.studies.format_bias.metrics.format_scores`,
-:func:`~mmfragile.studies.format_bias.metrics.coverage_by_factor`, :func:`~mmfragile.studies.format_bias.metrics.format_ranks`,
-:func:`~mmfragile.studies.format_bias.metrics.rank_distribution`, :func:`~mmfragile.studies.format_bias.metrics.pseudo_gt`,
-:func:`mmfragile.studies.format_bias.fit_lmm_with_fallback`, :func:`mmfragile.studies.promptception.accuracy_frame`,
-:func:`~mmfragile.studies.promptception.metrics.baseline_accuracy`, :func:`~mmfragile.studies.promptception.metrics.trimmed_means`,
-:func:`mmfragile.studies.judgebias.metrics.bias_scores`, :func:`mmfragile.studies.judgebias.parse_failure_table`,
-:func:`mmfragile.budget.estimate_store` - and only the intervals are added here: a percentile bootstrap that
+The shared layer: stores, the document model, bootstrap helpers, rankings, budgeted grids, provenance, "How to
+report this" and the rendering. Each study writes its own section (its ``report`` callable, in its package's
+``report.py``, found through :func:`mmfragile.study.store_stage`): numbers come from the study's metric functions
+and :func:`mmfragile.budget.estimate_store`, and only the intervals are added: a percentile bootstrap that
 resamples *questions* (all circular shifts / prompts of a drawn question go together; one set of draws per
 model x dataset, shared by all its formats, and shared by all models of a dataset for the rank intervals), with
 a fixed seed, so the same stores always give the same report.
@@ -32,12 +29,24 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mmfragile.store import ResultStore
+from mmfragile.store import ResultStore, store_tag
+from mmfragile.study import budget_grid, get_study, study_names
 
 DEFAULT_N_BOOT = 1000
 DEFAULT_SEED = 0
 LEVEL = 0.95
 NOT_RECORDED = "not recorded"
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What every study section is computed with: bootstrap draws and seed, interval level, posterior draws of
+    budgeted grids (None: the store estimate's)."""
+
+    n_boot: int = DEFAULT_N_BOOT
+    seed: int = DEFAULT_SEED
+    level: float = LEVEL
+    budget_draws: int | None = None
 
 
 # ================================================================================================ helpers
@@ -56,19 +65,19 @@ def variant_statistics(acc: Any, axis: int = -1) -> dict[str, Any]:
             "min": mn, "max": mx, "spread": mx - mn}
 
 
-def _weights(n_q: int, n_boot: int, seed: int) -> np.ndarray:
+def boot_weights(n_q: int, n_boot: int, seed: int) -> np.ndarray:
     """Bootstrap draws of ``n_q`` questions as multiplicities (n_boot x n_q)."""
     rng = np.random.default_rng(seed)
     return rng.multinomial(n_q, np.full(n_q, 1.0 / n_q), size=n_boot).astype(float)
 
 
-def _ratio(W: np.ndarray, hits: np.ndarray, n: np.ndarray) -> np.ndarray:
+def boot_ratio(W: np.ndarray, hits: np.ndarray, n: np.ndarray) -> np.ndarray:
     """100 x resampled hits / resampled counts: W (boot x q) with hits / n (variants x q) -> boot x variants."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return 100.0 * (W @ hits.T) / (W @ n.T)
 
 
-def _ci(draws: np.ndarray, level: float = LEVEL, axis: int = 0) -> tuple[Any, Any]:
+def interval(draws: np.ndarray, level: float = LEVEL, axis: int = 0) -> tuple[Any, Any]:
     a = 100 * (1 - level) / 2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -76,7 +85,7 @@ def _ci(draws: np.ndarray, level: float = LEVEL, axis: int = 0) -> tuple[Any, An
     return lo, hi
 
 
-def _f(v: Any) -> float | None:
+def finite(v: Any) -> float | None:
     if v is None:
         return None
     try:
@@ -86,7 +95,7 @@ def _f(v: Any) -> float | None:
     return None if math.isnan(x) or math.isinf(x) else x
 
 
-def _matrix(df: pd.DataFrame, variant: str, questions: Sequence[str], variants: Sequence[str],
+def outcome_matrix(df: pd.DataFrame, variant: str, questions: Sequence[str], variants: Sequence[str],
             hit_col: str = "correct", n_col: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(hits, counts) as variants x questions arrays from per-row outcomes."""
     d = pd.DataFrame({"v": df[variant].astype(str).to_numpy(), "q": df["question_id"].astype(str).to_numpy(),
@@ -157,11 +166,11 @@ class Report:
     notes: list[str]
 
 
-def _txt(s: str) -> Cell:
+def txt(s: str) -> Cell:
     return Cell([(str(s), None, None)])
 
 
-class _Doc:
+class Doc:
     """Collects numbers (with their keys) and blocks while the sections are computed."""
 
     def __init__(self, digits: int = 1):
@@ -183,7 +192,7 @@ class _Doc:
         return out
 
     def put(self, key: str, value: Any) -> float | None:
-        v = _f(value)
+        v = finite(value)
         if key in self.metrics and self.metrics[key] != v:
             raise AssertionError(f"report: metric {key} given two values ({self.metrics[key]} and {v})")
         self.metrics[key] = v
@@ -215,7 +224,7 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def _figure(doc: _Doc, sec: Section, fid: str, title: str, make, caption: str = "") -> None:
+def add_figure(doc: Doc, sec: Section, fid: str, title: str, make, caption: str = "") -> None:
     """Add a figure; a figure that fails to draw is reported in the notes, not raised."""
     try:
         fig = make()
@@ -227,7 +236,7 @@ def _figure(doc: _Doc, sec: Section, fid: str, title: str, make, caption: str = 
     sec.blocks.append(Figure(doc.uid("fig-" + fid), title, _png(fig), caption))
 
 
-def _distribution_figure(groups: list[dict], xlabel: str, title: str, std_label: str):
+def distribution_figure(groups: list[dict], xlabel: str, title: str, std_label: str):
     """Per model x dataset: the accuracy of every variant (dots), the IQR (box), the mean (bar) and the
     standard format / base prompt (red diamond)."""
     import matplotlib
@@ -280,10 +289,6 @@ def collect_stores(paths: Iterable[str | Path]) -> list[ResultStore]:
     return list(out.values())
 
 
-def _study(store: ResultStore) -> str:
-    return str(store.config.get("study", "format-bias"))
-
-
 def _identities(store: ResultStore) -> dict[str, dict]:
     """Model name -> the identity of the model whose rows the store holds (``run_info.model_identity``; a store
     made before identities were pinned: its provenance's spec and checkpoint hash)."""
@@ -332,7 +337,7 @@ def model_labels(stores: Sequence[ResultStore]) -> tuple[dict[tuple[Path, str], 
     return labels, notes
 
 
-def _store_rows(store: ResultStore, labels: Mapping[tuple[Path, str], str]) -> pd.DataFrame:
+def store_rows(store: ResultStore, labels: Mapping[tuple[Path, str], str]) -> pd.DataFrame:
     """The store's rows, the model relabelled where :func:`model_labels` says."""
     df = store.read()
     mine = {name: label for (root, name), label in labels.items() if root == store.root}
@@ -341,11 +346,11 @@ def _store_rows(store: ResultStore, labels: Mapping[tuple[Path, str], str]) -> p
     return df
 
 
-def _read(stores: Sequence[ResultStore]) -> pd.DataFrame:
+def read_stores(stores: Sequence[ResultStore]) -> pd.DataFrame:
     frames = []
     labels = model_labels(stores)[0]
     for st in stores:
-        df = _store_rows(st, labels)
+        df = store_rows(st, labels)
         if len(df):
             frames.append(df.assign(_store=str(st.root)))
     if not frames:
@@ -356,16 +361,16 @@ def _read(stores: Sequence[ResultStore]) -> pd.DataFrame:
 
 
 # ================================================================================================ shared pieces
-def _stats_row(doc: _Doc, prefix: str, point: Mapping[str, Any], boot: Mapping[str, np.ndarray],
+def stats_row(doc: Doc, prefix: str, point: Mapping[str, Any], boot: Mapping[str, np.ndarray],
                level: float) -> list[Cell]:
     cells = []
     for s in ("mean", "median", "iqr", "worst5", "spread"):
-        lo, hi = _ci(boot[s], level)
+        lo, hi = interval(boot[s], level)
         cells.append(doc.ci(f"{prefix}/{s}", point[s], lo, hi))
     return cells
 
 
-def _ranking(doc: _Doc, sec: Section, kind: str, ds: str, per_model: dict[str, dict], unit_name: str,
+def ranking_tables(doc: Doc, sec: Section, kind: str, ds: str, per_model: dict[str, dict], unit_name: str,
              n_boot: int, seed: int, level: float, point_rank_by_unit: pd.DataFrame,
              point_mean_rank: Mapping[str, int], rank_dist: pd.DataFrame) -> dict[str, dict]:
     """Model ranking within dataset ``ds``: rank by the mean over variants (with a bootstrap interval and the
@@ -374,14 +379,14 @@ def _ranking(doc: _Doc, sec: Section, kind: str, ds: str, per_model: dict[str, d
     common_q = sorted(set.intersection(*(set(v["frame"]["question_id"].astype(str)) for v in per_model.values())))
     common_v = sorted(set.intersection(*(set(v["frame"][v["variant"]].astype(str)) for v in per_model.values())))
     if not common_q or not common_v:
-        sec.blocks.append(Paragraph([_txt(f"{ds}: the models share no questions / {unit_name}s; no ranking.")]))
+        sec.blocks.append(Paragraph([txt(f"{ds}: the models share no questions / {unit_name}s; no ranking.")]))
         return {}
-    W = _weights(len(common_q), n_boot, seed)
+    W = boot_weights(len(common_q), n_boot, seed)
     boot = []
     for m in models:
         pm_ = per_model[m]
-        hits, n = _matrix(pm_["frame"], pm_["variant"], common_q, common_v, pm_.get("hit", "correct"), pm_.get("n"))
-        boot.append(_ratio(W, hits, n))                                   # boot x variants
+        hits, n = outcome_matrix(pm_["frame"], pm_["variant"], common_q, common_v, pm_.get("hit", "correct"), pm_.get("n"))
+        boot.append(boot_ratio(W, hits, n))                                   # boot x variants
     B = np.stack(boot)                                                    # models x boot x variants
     Bm = np.nanmean(B, axis=2)                                            # models x boot (mean over variants)
     r_mean = 1 + (Bm[None, :, :] > Bm[:, None, :]).sum(axis=1)            # models x boot
@@ -399,7 +404,7 @@ def _ranking(doc: _Doc, sec: Section, kind: str, ds: str, per_model: dict[str, d
         rmin = rd["min_rank"].iloc[0] if len(rd) else float("nan")
         rmax = rd["max_rank"].iloc[0] if len(rd) else float("nan")
         out[m] = {"rank": point_mean_rank.get(m), "p_best": p_best, "share_rank1": share1}
-        rows.append([_txt(m), doc.count(f"{base}/rank", point_mean_rank.get(m)),
+        rows.append([txt(m), doc.count(f"{base}/rank", point_mean_rank.get(m)),
                      Cell([("[", None, None), doc.span(f"{base}/rank_lo", lo, 0), (", ", None, None),
                            doc.span(f"{base}/rank_hi", hi, 0), ("]", None, None)]),
                      doc.num(f"{base}/p_best", p_best, 2),
@@ -420,7 +425,7 @@ def _ranking(doc: _Doc, sec: Section, kind: str, ds: str, per_model: dict[str, d
             base = metric_key("ranking", kind, ds, u, m)
             lo, hi = np.quantile(r_unit[i, :, j], [a, 1 - a], method="inverted_cdf")
             rk = pr.get((u, m), np.nan)
-            prow.append([_txt(u), _txt(m), doc.count(f"{base}/rank", rk),
+            prow.append([txt(u), txt(m), doc.count(f"{base}/rank", rk),
                          Cell([("[", None, None), doc.span(f"{base}/rank_lo", lo, 0), (", ", None, None),
                                doc.span(f"{base}/rank_hi", hi, 0), ("]", None, None)]),
                          doc.num(f"{base}/p_best", float((r_unit[i, :, j] == 1).mean()), 2)])
@@ -431,170 +436,8 @@ def _ranking(doc: _Doc, sec: Section, kind: str, ds: str, per_model: dict[str, d
 
 
 # ================================================================================================ study 1
-def _format_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int, level: float,
-                    budget_draws: int | None) -> tuple[Section | None, list[dict]]:
-    from mmfragile.studies.format_bias import metrics as fb
-    from mmfragile.studies.format_bias import plots as fbp
-    from mmfragile.studies import format_bias as fbs
-
-    raw = _read(stores)
-    if raw.empty:
-        return None, []
-    sec = Section("format-bias", "Study 1 - prompt-format bias in MC-VQA")
-    pq = fbs.results_to_metrics_frame(raw, include_standard=True)
-    grid = fbs.grid_rows(pq)
-    groups = list(dict.fromkeys(zip(pq["model"].astype(str), pq["dataset"].astype(str))))
-    complete, budgeted = [], []
-    for m, ds in groups:
-        g = grid[(grid["model"].astype(str) == m) & (grid["dataset"].astype(str) == ds)]
-        n_fmt = g["format"].nunique()
-        per_q = g.groupby("question_id")["n_options"].agg(["size", "first"])
-        (budgeted if (per_q["size"] < n_fmt * per_q["first"]).any() else complete).append((m, ds))
-    how: list[dict] = []
-    sel = lambda df, keys: df[[(str(a), str(b)) in keys for a, b in zip(df["model"], df["dataset"])]]  # noqa: E731
-    scores = fb.format_scores(sel(grid, set(complete))) if complete else pd.DataFrame()
-    if complete:
-        rows, dist_groups = [], []
-        for m, ds in complete:
-            g = grid[(grid["model"].astype(str) == m) & (grid["dataset"].astype(str) == ds)]
-            s = scores[(scores["model"].astype(str) == m) & (scores["dataset"].astype(str) == ds)]
-            st = fbs.standard_rows(sel(pq, {(m, ds)}))
-            fmt_names = [f"{a}-{b}-{c}" for a, b, c in zip(s["option_ids"], s["delimiter"], s["separator"])]
-            g = g.assign(_fmt=g["option_ids"].astype(str) + "-" + g["delimiter"].astype(str) + "-" + g["separator"].astype(str))
-            questions = sorted(g["question_id"].astype(str).unique())
-            hits, n = _matrix(g, "_fmt", questions, fmt_names)
-            W = _weights(len(questions), n_boot, seed)
-            B = _ratio(W, hits, n)                                        # boot x formats
-            point = variant_statistics(s["accuracy"].to_numpy())
-            boot = variant_statistics(B, axis=1)
-            prefix = metric_key("formats", m, ds)
-            std_acc = float(st["correct"].mean() * 100) if len(st) else float("nan")
-            if len(st):
-                sh, sn = _matrix(st.assign(_v="standard"), "_v", questions, ["standard"])
-                std_boot = _ratio(W, sh, sn)[:, 0]
-            else:
-                std_boot = np.full(n_boot, np.nan)
-            ibest, iworst = int(np.argmax(s["accuracy"].to_numpy())), int(np.argmin(s["accuracy"].to_numpy()))
-            lo, hi = _ci(std_boot, level)
-            gap_lo, gap_hi = _ci(std_boot - boot["mean"], level)
-            row = [_txt(m), _txt(ds), doc.count(f"{prefix}/n_questions", len(questions)),
-                   doc.count(f"{prefix}/n_formats", len(fmt_names)), doc.ci(f"{prefix}/standard", std_acc, lo, hi, cls="std")]
-            row += _stats_row(doc, prefix, point, boot, level)
-            row += [Cell([doc.span(f"{prefix}/max", point["max"]), (f" ({fmt_names[ibest]})", None, None)]),
-                    Cell([doc.span(f"{prefix}/min", point["min"]), (f" ({fmt_names[iworst]})", None, None)]),
-                    doc.ci(f"{prefix}/standard_minus_mean", std_acc - point["mean"], gap_lo, gap_hi)]
-            for k in ("q25", "q75"):
-                doc.put(f"{prefix}/{k}", point[k])
-            rows.append(row)
-            dist_groups.append({"label": f"{m}\n{ds}", "values": s["accuracy"].to_numpy(),
-                                "standard": None if math.isnan(std_acc) else std_acc})
-            how.append({"study": "formats", "model": m, "dataset": ds, "prefix": prefix, "n_variants": len(fmt_names),
-                        "best_name": fmt_names[ibest], "standard_is_variant": bool(st["is_standard"].any()) if len(st) else False})
-        sec.blocks.append(Table(doc.uid("formats-scores"), "Accuracy (%): standard format beside the distribution over formats",
-                                ["model", "dataset", "questions", "formats", "standard format", "mean", "median", "IQR",
-                                 "worst 5 %", "spread (max-min)", "best format", "worst format",
-                                 "standard - mean (pp)"], rows,
-                                note=f"[{int(level * 100)} % bootstrap interval over questions, {n_boot} draws, seed "
-                                     f"{seed}; all circular shifts of a question drawn together.] Standard format: the "
-                                     "'standard' variant where it was run, else the dataset's standard format in the "
-                                     "grid (Tab. 5). Accuracy per format = circular evaluation (each shift counts)."))
-        _figure(doc, sec, "formats-distribution", "Accuracy over prompt formats",
-                lambda: _distribution_figure(dist_groups, "accuracy (%)", "Accuracy over the prompt formats "
-                                             "(one dot per format)", "standard format"),
-                "Quote the distribution (mean, IQR, worst 5 %), not the best format.")
-        _figure(doc, sec, "formats-ci", "Accuracy per format with bootstrap intervals",
-                lambda: fbp.plot_format_accuracy_ci(fb.format_accuracy_ci(sel(grid, set(complete)), level=level,
-                                                                           n_boot=n_boot, seed=seed)))
-        # ---- coverage by factor
-        cov = fb.coverage_by_factor(scores)
-        levels = [(f, l) for f in fb.FACTORS for l in fb.LEVELS[f] if ((cov["factor"] == f) & (cov["level"] == l)).any()]
-        crow, collapses = [], []
-        for m, ds in complete:
-            c = cov[(cov["model"].astype(str) == m) & (cov["dataset"].astype(str) == ds)].set_index(["factor", "level"])
-            r = [_txt(m), _txt(ds)]
-            for f, l in levels:
-                v = c["coverage"].get((f, l), np.nan)
-                low = _f(v) is not None and v < fb.COVERAGE_THRESHOLD
-                r.append(doc.num(metric_key("coverage", m, ds, f, l), v, 0, cls="collapse" if low else ""))
-                if low:
-                    collapses.append(f"{m} / {ds}: {fb.FACTOR_LABELS[f]} = {fb.LEVEL_LABELS.get(l, l)} ({v:.0f} %)")
-            crow.append(r)
-        sec.blocks.append(Table(doc.uid("formats-coverage"), "Coverage (%) by factor level: where answers stop being option IDs",
-                                ["model", "dataset"] + [f"{fb.FACTOR_LABELS[f].replace('Option ', '')}: "
-                                                        f"{fb.LEVEL_LABELS.get(l, l)}" for f, l in levels], crow,
-                                note=f"Mean coverage over the formats with that level (coverage_by_factor). Red: below "
-                                     f"{fb.COVERAGE_THRESHOLD:.0f} % (a collapse: accuracy there measures instruction "
-                                     "following, not the task)."))
-        sec.blocks.append(Paragraph([_txt("Coverage collapses: " + ("; ".join(collapses) if collapses else
-                                                                    f"none (every factor level >= {fb.COVERAGE_THRESHOLD:.0f} %)."))]))
-        for h in how:
-            h["collapses"] = [c for c in collapses if c.startswith(f"{h['model']} / {h['dataset']}:")]
-        _figure(doc, sec, "formats-coverage", "Coverage per factor level", lambda: fbp.plot_coverage_heatmap(cov))
-        # ---- ranking
-        ranks = fb.format_ranks(scores)
-        rd = fb.rank_distribution(ranks)
-        pg = fb.pseudo_gt(scores)
-        for ds in dict.fromkeys(d for _, d in complete):
-            ms = [m for m, d in complete if d == ds]
-            if len(ms) < 2:
-                continue
-            r_ds = ranks[ranks["dataset"].astype(str) == ds]
-            unit_rank = pd.DataFrame({"unit": r_ds["option_ids"].astype(str) + "-" + r_ds["delimiter"].astype(str) + "-"
-                                      + r_ds["separator"].astype(str), "model": r_ds["model"].astype(str),
-                                      "rank": r_ds["rank"]})
-            per_model = {}
-            for m in ms:
-                g = grid[(grid["model"].astype(str) == m) & (grid["dataset"].astype(str) == ds)]
-                per_model[m] = {"frame": g.assign(_fmt=g["option_ids"].astype(str) + "-" + g["delimiter"].astype(str)
-                                                  + "-" + g["separator"].astype(str)), "variant": "_fmt"}
-            pg_ds = pg[pg["dataset"].astype(str) == ds]
-            res = _ranking(doc, sec, "formats", ds, per_model, "format", n_boot, seed, level, unit_rank,
-                           dict(zip(pg_ds["model"].astype(str), pg_ds["rank"].astype(int))),
-                           rd[rd["dataset"].astype(str) == ds])
-            for h in how:
-                if h["dataset"] == ds and h["model"] in res:
-                    h["ranking"] = res
-        if any(len([m for m, d in complete if d == ds]) > 1 for ds in {d for _, d in complete}):
-            _figure(doc, sec, "formats-ranks", "Model ranks across formats",
-                    lambda: fbp.plot_rank_distribution(ranks, include_ideal=False))
-        # ---- mixed model
-        try:
-            lmm = fbs.fit_lmm_with_fallback(scores, alpha=1 - level)
-        except (ValueError, KeyError) as e:
-            sec.blocks.append(Paragraph([_txt(f"Mixed model not fitted: {e}")]))
-            lmm = None
-        if lmm is not None:
-            lrow, sig = [], []
-            for t in lmm.itertuples():
-                base = metric_key("lmm", t.factor, t.level or "intercept")
-                name = "intercept" if t.factor == "intercept" else f"{fb.FACTOR_LABELS.get(t.factor, t.factor)}: {fb.LEVEL_LABELS.get(t.level, t.level)}"
-                lrow.append([_txt(name), doc.ci(f"{base}/coef", t.coef, t.ci_low, t.ci_high, 2),
-                             doc.num(f"{base}/p_value", t.p_value, 4), _txt("yes" if t.significant else "no")])
-                if t.significant and t.factor != "intercept":
-                    sig.append((name, base, t.coef))
-            method = lmm.attrs.get("method", "")
-            fb_reason = lmm.attrs.get("fallback")
-            sec.blocks.append(Table(doc.uid("formats-lmm"), "Mixed model: accuracy ~ option IDs + delimiter + separator + (1 | model:dataset)",
-                                    ["term (vs lowercase / bracket / comma)", f"coefficient, pp [{int(level * 100)} % CI]",
-                                     "p", f"significant (p < {1 - level:.2f})"], lrow,
-                                    note=f"{method}; {lmm.attrs.get('n_groups')} model x dataset group(s), "
-                                         f"{lmm.attrs.get('n_obs')} format scores"
-                                         + (f"; fallback to pooled OLS: {fb_reason}" if fb_reason else "")))
-            sec.blocks.append(Paragraph([Cell([("Significant factors: ", None, None)] + (
-                [p for k, (name, base, coef) in enumerate(sig) for p in
-                 ([(", ", None, None)] if k else []) + [(f"{name} (", None, None), doc.span(f"{base}/coef", coef, 2),
-                                                         (" pp)", None, None)]]
-                if sig else [("none at this sample size.", None, None)]))]))
-            for h in how:
-                h["lmm_sig"] = sig
-            _figure(doc, sec, "formats-lmm", "Mixed-model coefficients", lambda: fbp.plot_lmm_coefficients(lmm))
-    if budgeted:
-        _budget_block(doc, sec, sel(raw, set(budgeted)), "format-bias", "formats", "format", budget_draws, how)
-    return sec, how
-
-
 # ================================================================================================ budgets
-def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind: str, unit: str,
+def budget_block(doc: Doc, sec: Section, rows: pd.DataFrame, study: str, kind: str, unit: str,
                   n_draws: int | None, how: list[dict]) -> None:
     """The budgeted / incomplete grids of a study: :func:`mmfragile.budget.estimate_store` with its own settings
     (level, draws, seed - not the report's bootstrap seed), so the numbers equal ``mmfragile run --budget``'s."""
@@ -604,9 +447,9 @@ def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind:
 
     n_draws = STORE_DRAWS if n_draws is None else n_draws
     try:
-        est = estimate_store(rows.drop(columns=["_store"], errors="ignore"), study, n_draws=n_draws)
+        est = estimate_store(rows.drop(columns=["_store"], errors="ignore"), budget_grid(study), n_draws=n_draws)
     except Exception as e:  # noqa: BLE001
-        sec.blocks.append(Paragraph([_txt(f"Budgeted / incomplete grid: estimate failed ({type(e).__name__}: {e})")]))
+        sec.blocks.append(Paragraph([txt(f"Budgeted / incomplete grid: estimate failed ({type(e).__name__}: {e})")]))
         return
     gcols = [c for c in ("dataset", "model") if c in est.summary.columns]
     trows, notes = [], []
@@ -617,7 +460,7 @@ def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind:
         prefix = metric_key("budget", kind, m, ds)
         b = est.budget
         bm = b[np.logical_and.reduce([b[c].astype(str) == str(v) for c, v in gd.items()])].iloc[0]
-        r = [_txt(m), _txt(ds), Cell([doc.span(f"{prefix}/n_observed", bm["n_observed"], 0), (" / ", None, None),
+        r = [txt(m), txt(ds), Cell([doc.span(f"{prefix}/n_observed", bm["n_observed"], 0), (" / ", None, None),
                                       doc.span(f"{prefix}/n_cells", bm["n_cells"], 0), (" (", None, None),
                                       doc.span(f"{prefix}/budget_pct", 100 * bm["fraction"], 1, " %"), (")", None, None)])]
         gi = g.set_index("statistic")
@@ -630,11 +473,11 @@ def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind:
         trows.append(r)
         if bm.get("note"):
             notes.append(f"{m} / {ds}: {bm['note']}.")
-        how.append({"study": kind, "model": m, "dataset": ds, "prefix": prefix, "budgeted": True, "level": est.level,
+        how.append({"kind": kind, "model": m, "dataset": ds, "prefix": prefix, "budgeted": True, "level": est.level,
                     "n_variants": int(est.units[np.logical_and.reduce([est.units[c].astype(str) == str(v)
                                                                        for c, v in gd.items()])].shape[0])})
         u = est.units[np.logical_and.reduce([est.units[c].astype(str) == str(v) for c, v in gd.items()])]
-        _figure(doc, sec, f"budget-{kind}-{m}-{ds}", f"Budgeted estimate per {unit}: {m} on {ds}",
+        add_figure(doc, sec, f"budget-{kind}-{m}-{ds}", f"Budgeted estimate per {unit}: {m} on {ds}",
                 lambda u=u: plot_unit_estimates(u, None, est.spec.unit, title=f"{m} / {ds}: per-{unit} estimates"))
     sec.blocks.append(Table(doc.uid(f"budget-{kind}"), f"Budgeted / incomplete grids: estimated accuracy (%) over {unit}s",
                             ["model", "dataset", "cells run / grid (budget)"] + [
@@ -649,280 +492,13 @@ def _budget_block(doc: _Doc, sec: Section, rows: pd.DataFrame, study: str, kind:
         rrows = []
         for t in est.ranks.itertuples():
             base = metric_key("budget", "ranking", kind, getattr(t, "dataset", ""), getattr(t, est.spec.unit), t.model)
-            rrows.append([_txt(getattr(t, "dataset", "")), _txt(getattr(t, est.spec.unit)), _txt(t.model),
+            rrows.append([txt(getattr(t, "dataset", "")), txt(getattr(t, est.spec.unit)), txt(t.model),
                           doc.count(f"{base}/rank", t.rank),
                           Cell([("[", None, None), doc.span(f"{base}/rank_lo", t.rank_lo, 0), (", ", None, None),
                                 doc.span(f"{base}/rank_hi", t.rank_hi, 0), ("]", None, None)]),
                           doc.num(f"{base}/p_best", t.p_rank1, 2)])
         sec.blocks.append(Table(doc.uid(f"budget-{kind}-ranks"), f"Budgeted: model ranking per {unit}",
                                 ["dataset", unit, "model", "rank", "rank interval", "P(best)"], rrows, collapsed=True))
-
-
-# ================================================================================================ study 2
-def _prompt_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int, level: float,
-                    budget_draws: int | None) -> tuple[Section | None, list[dict]]:
-    from mmfragile.studies.promptception import metrics as pm
-    from mmfragile.studies.promptception.prompts import get_prompt_type
-    from mmfragile.studies import promptception as pcs
-
-    frames = []
-    labels = model_labels(stores)[0]
-    for st in stores:
-        df = _store_rows(st, labels)
-        if len(df):
-            frames.append(df.assign(exclude_refusals=bool(st.config.get("exclude_refusals", False)), _store=str(st.root)))
-    if not frames:
-        return None, []
-    raw = pd.concat(frames, ignore_index=True)
-    sec = Section("promptception", "Study 2 - Promptception: prompt sensitivity")
-    how: list[dict] = []
-    raw["prompt_id"] = raw["prompt_id"].astype(str)
-    groups = list(dict.fromkeys(zip(raw["model"].astype(str), raw["dataset"].astype(str))))
-    complete, budgeted = [], []
-    for m, ds in groups:
-        g = raw[(raw["model"].astype(str) == m) & (raw["dataset"].astype(str) == ds)]
-        pids = sorted(set(g["prompt_id"]) - {pm.BASELINE_LABEL})
-        missing = False
-        for q, gq in g.groupby("question_id"):
-            mod = str(gq["modality"].iloc[0]) if "modality" in gq else "image"
-            expected = {p for p in pids if _supports(get_prompt_type, p, mod)}
-            if not expected <= set(gq["prompt_id"]):
-                missing = True
-                break
-        (budgeted if missing else complete).append((m, ds))
-    sel = lambda df, keys: df[[(str(a), str(b)) in keys for a, b in zip(df["model"], df["dataset"])]]  # noqa: E731
-    if complete:
-        rc = sel(raw, set(complete))
-        acc = pcs.accuracy_frame(rc.drop(columns=["_store"]), benchmark_by="dataset")
-        base = pm.baseline_accuracy(acc)
-        tm = pm.trimmed_means(acc)
-        rows, dist_groups = [], []
-        for m, ds in complete:
-            a = pm._prompts_only(acc[(acc["model"].astype(str) == m) & (acc["benchmark"].astype(str) == ds)])
-            a = a[a["n"] > 0]
-            g = rc[(rc["model"].astype(str) == m) & (rc["dataset"].astype(str) == ds)]
-            excl = g["exclude_refusals"].astype(bool) & g.get("refusal", pd.Series(False, index=g.index)).astype(bool)
-            g = g.assign(_h=(g["correct"].astype(bool) & ~excl).astype(float), _n=(~excl).astype(float))
-            questions = sorted(g["question_id"].astype(str).unique())
-            pids = list(a["prompt_id"])
-            hits, n = _matrix(g, "prompt_id", questions, pids, "_h", "_n")
-            W = _weights(len(questions), n_boot, seed)
-            B = _ratio(W, hits, n)
-            point = variant_statistics(a["accuracy"].to_numpy())
-            boot = variant_statistics(B, axis=1)
-            prefix = metric_key("prompts", m, ds)
-            b_id = pm.BASELINE_LABEL if (g["prompt_id"] == pm.BASELINE_LABEL).any() else pm.BASELINE_PROMPT
-            bh, bn = _matrix(g, "prompt_id", questions, [b_id], "_h", "_n")
-            b_boot = _ratio(W, bh, bn)[:, 0]
-            b_val = float(base[(base["model"].astype(str) == m) & (base["benchmark"].astype(str) == ds)]["baseline"].iloc[0])
-            t_val = float(tm[(tm["model"].astype(str) == m) & (tm["benchmark"].astype(str) == ds)]["trimmed_mean"].iloc[0])
-            t_boot = np.array([pm.trimmed_mean(r[~np.isnan(r)]) if (~np.isnan(r)).any() else np.nan for r in B])
-            lo, hi = _ci(b_boot, level)
-            tlo, thi = _ci(t_boot, level)
-            ibest, iworst = int(np.argmax(a["accuracy"].to_numpy())), int(np.argmin(a["accuracy"].to_numpy()))
-            row = [_txt(m), _txt(ds), doc.count(f"{prefix}/n_questions", len(questions)),
-                   doc.count(f"{prefix}/n_prompts", len(pids)), doc.ci(f"{prefix}/baseline", b_val, lo, hi, cls="std"),
-                   doc.ci(f"{prefix}/trimmed_mean", t_val, tlo, thi)]
-            row += _stats_row(doc, prefix, point, boot, level)
-            row += [Cell([doc.span(f"{prefix}/max", point["max"]), (f" ({pids[ibest]})", None, None)]),
-                    Cell([doc.span(f"{prefix}/min", point["min"]), (f" ({pids[iworst]})", None, None)])]
-            for k in ("q25", "q75"):
-                doc.put(f"{prefix}/{k}", point[k])
-            rows.append(row)
-            dist_groups.append({"label": f"{m}\n{ds}", "values": a["accuracy"].to_numpy(), "standard": b_val})
-            how.append({"study": "prompts", "model": m, "dataset": ds, "prefix": prefix, "n_variants": len(pids),
-                        "best_name": pids[ibest]})
-        sec.blocks.append(Table(doc.uid("prompts-scores"), "Accuracy (%): base prompt beside the distribution over prompts",
-                                ["model", "benchmark", "questions", "prompts", "base prompt (1.1)", "trimmed mean (10 %)",
-                                 "mean", "median", "IQR", "worst 5 %", "spread (max-min)", "best prompt", "worst prompt"],
-                                rows, note=f"[{int(level * 100)} % bootstrap interval over questions, {n_boot} draws, seed "
-                                           f"{seed}.] Unresolved answers count as wrong (App. E); refusals are left out "
-                                           "only for stores run with exclude_refusals."))
-        _figure(doc, sec, "prompts-distribution", "Accuracy over prompts",
-                lambda: _distribution_figure(dist_groups, "accuracy (%)", "Accuracy over the prompt types (one dot per "
-                                             "prompt)", "base prompt 1.1"))
-        # coverage (answer extracted) by category
-        crow, collapses = [], []
-        cats = sorted({pm.prompt_category(p) for p in rc["prompt_id"] if p != pm.BASELINE_LABEL})
-        for m, ds in complete:
-            g = rc[(rc["model"].astype(str) == m) & (rc["dataset"].astype(str) == ds) & (rc["prompt_id"] != pm.BASELINE_LABEL)]
-            cov = (g.assign(_c=g["prompt_id"].map(pm.prompt_category))
-                   .groupby("_c")["covered"].apply(lambda s: 100 * s.astype(bool).mean()))
-            r = [_txt(m), _txt(ds)]
-            for c in cats:
-                v = cov.get(c, np.nan)
-                low = _f(v) is not None and v < 75
-                r.append(doc.num(metric_key("coverage", m, ds, "category", c), v, 0, cls="collapse" if low else ""))
-                if low:
-                    collapses.append(f"{m} / {ds}: category {_category(c)} ({v:.0f} %)")
-            crow.append(r)
-        sec.blocks.append(Table(doc.uid("prompts-coverage"), "Answer extracted (%) by prompt category",
-                                ["model", "benchmark"] + [_category(c) for c in cats], crow,
-                                note="Share of responses from which a letter was extracted (stage 1 regex / option-text "
-                                     "match, or stage 2). Red: below 75 %."))
-        sec.blocks.append(Paragraph([_txt("Coverage collapses: " + ("; ".join(collapses) if collapses else "none."))]))
-        for h in how:
-            h["collapses"] = [c for c in collapses if c.startswith(f"{h['model']} / {h['dataset']}:")]
-        for ds in dict.fromkeys(d for _, d in complete):
-            ms = [m for m, d in complete if d == ds]
-            if len(ms) < 2:
-                continue
-            a_ds = pm._prompts_only(acc[acc["benchmark"].astype(str) == ds])
-            a_ds = a_ds.assign(rank=a_ds.groupby("prompt_id")["accuracy"].rank(method="min", ascending=False))
-            mean_acc = a_ds.groupby("model")["accuracy"].mean()
-            mean_rank = mean_acc.rank(method="min", ascending=False).astype(int)
-            rd = []
-            for mm, gg in a_ds.groupby("model"):
-                counts = gg["rank"].astype(int).value_counts()
-                rd.append(dict(model=mm, rank=1, share=counts.get(1, 0) / len(gg), median_rank=gg["rank"].median(),
-                               min_rank=int(gg["rank"].min()), max_rank=int(gg["rank"].max())))
-            per_model = {}
-            for m in ms:
-                g = rc[(rc["model"].astype(str) == m) & (rc["dataset"].astype(str) == ds) & (rc["prompt_id"] != pm.BASELINE_LABEL)]
-                excl = g["exclude_refusals"].astype(bool) & g.get("refusal", pd.Series(False, index=g.index)).astype(bool)
-                per_model[m] = {"frame": g.assign(_h=(g["correct"].astype(bool) & ~excl).astype(float),
-                                                  _n=(~excl).astype(float)), "variant": "prompt_id", "hit": "_h", "n": "_n"}
-            res = _ranking(doc, sec, "prompts", ds, per_model, "prompt", n_boot, seed, level,
-                           a_ds.rename(columns={"prompt_id": "unit"})[["unit", "model", "rank"]].astype({"model": str}),
-                           {str(k): int(v) for k, v in mean_rank.items()}, pd.DataFrame(rd).astype({"model": str}))
-            for h in how:
-                if h["dataset"] == ds and h["model"] in res:
-                    h["ranking"] = res
-        sec.blocks.append(Paragraph([_txt("The mixed model of the format factors applies to study 1; for prompts the "
-                                          "category-level spread is in the coverage and distribution tables above.")]))
-    if budgeted:
-        _budget_block(doc, sec, sel(raw, set(budgeted)), "promptception", "prompts", "prompt", budget_draws, how)
-    return sec, how
-
-
-def _category(c: int) -> str:
-    """A Promptception category as '<number> <name>' (Table 1)."""
-    from mmfragile.studies.promptception.metrics import CATEGORY_NAMES
-
-    return f"{c} {CATEGORY_NAMES[int(c)]}"
-
-
-def _supports(get_prompt_type, pid: str, modality: str) -> bool:
-    try:
-        return bool(get_prompt_type(pid).supports(modality))
-    except Exception:  # noqa: BLE001 - an unknown prompt id: expected everywhere
-        return True
-
-
-# ================================================================================================ study 3
-def _judge_section(doc: _Doc, stores: list[ResultStore], n_boot: int, seed: int,
-                   level: float) -> tuple[Section | None, list[dict]]:
-    from mmfragile.studies.judgebias import metrics as jm
-    from mmfragile.studies import judgebias as jb
-
-    score_stores = [s for s in stores if s.config.get("kind", "scores") != "pairwise"]
-    pair_stores = [s for s in stores if s.config.get("kind") == "pairwise"]
-    rows = _read(score_stores)
-    if rows.empty:
-        return None, []
-    jt = jb.judgment_table(rows)
-    if jt.empty:
-        return None, []
-    sec = Section("judgebias", "Study 3 - MM-JudgeBias: judge perturbations")
-    bs = jm.bias_scores(jt)
-    pairs = jm.paired_scores(jt)
-    pf = jb.parse_failure_table(jb.main_rows(rows[rows["prompt_variant"] == "original"])
-                                if "prompt_variant" in rows else jb.main_rows(rows), by=("judge", "perturbation"))
-    pf_idx = pf.set_index(["judge", "perturbation"]) if len(pf) else None
-    how: list[dict] = []
-    unparsed: list[str] = []       # judges without one BD / BC value: no judgment pair parsed
-    for judge, g in bs.groupby("judge", sort=False):
-        trows, vals = [], {}
-        for t in g.itertuples():
-            p = pairs[(pairs["judge"] == judge) & (pairs["perturbation"] == t.perturbation) & (pairs["status"] == "ok")]
-            terms = (jm.bd_terms(p["y"], p["y_hat"]) if t.metric == "BD" else jm.bc_terms(p["y"], p["y_hat"]))
-            d = pd.DataFrame({"s": p["sample_id"].astype(str).to_numpy(), "t": np.nan_to_num(terms),
-                              "n": (~np.isnan(terms)).astype(float)}).groupby("s")[["t", "n"]].sum()
-            if len(d) and d["n"].sum() > 0:
-                W = _weights(len(d), n_boot, seed)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    boot = (W @ d["t"].to_numpy()) / (W @ d["n"].to_numpy())
-                lo, hi = _ci(boot, level)
-            else:
-                lo = hi = float("nan")
-            base = metric_key("judge", judge, t.perturbation)
-            vals[t.perturbation] = t.value
-            pr = pf_idx.loc[(judge, t.perturbation)] if pf_idx is not None and (judge, t.perturbation) in pf_idx.index else None
-            trows.append([_txt(t.perturbation), _txt(t.dimension), _txt(t.metric),
-                          doc.ci(f"{base}/value", t.value, lo, hi, 3), doc.count(f"{base}/n_pairs", t.n_pairs),
-                          doc.count(f"{base}/n_unparseable", t.n_unparseable), doc.count(f"{base}/n_abstained", t.n_abstained),
-                          doc.num(f"{base}/parse_failure_pct", None if pr is None else 100 * pr["parse_failure_rate"], 1)])
-        if pf_idx is not None and (judge, "original") in pf_idx.index:
-            pr = pf_idx.loc[(judge, "original")]
-            trows.append([_txt("original (unbiased)"), _txt(""), _txt(""), _txt(""),
-                          doc.count(metric_key("judge", judge, "original", "n"), pr["n"]),
-                          doc.count(metric_key("judge", judge, "original", "n_unparseable"), pr["n_unparseable"]),
-                          doc.count(metric_key("judge", judge, "original", "n_abstained"), pr["n_abstained"]),
-                          doc.num(metric_key("judge", judge, "original", "parse_failure_pct"), 100 * pr["parse_failure_rate"], 1)])
-        agg = jm.aggregate_reliability(pd.Series(vals))
-        if all(_f(v) is None for v in vals.values()):
-            unparsed.append(str(judge))
-        sec.blocks.append(Table(doc.uid(f"judge-{judge}"), f"Judge {judge}: BD / BC per perturbation",
-                                ["perturbation", "dimension", "metric", f"value [{int(level * 100)} % CI]", "pairs",
-                                 "unparseable", "abstained", "parse failures (%)"], trows,
-                                note=f"BD (Integrality, Congruity; higher = notices the disruption) and BC (Robustness; "
-                                     f"higher = stable). Interval: bootstrap over samples ({n_boot} draws, seed {seed}). "
-                                     "Unparseable outputs are never defaulted: their pairs are dropped and counted."))
-        sec.blocks.append(Paragraph([Cell([("Reliability (unweighted means of the types): ", None, None)] + [
-            p for k, c in enumerate(jm.AGGREGATE_COLUMNS) for p in
-            ([("; ", None, None)] if k else []) + [(f"{c} ", None, None),
-                                                   doc.span(metric_key("judge", judge, "aggregate", c), agg.get(c), 3)]])]))
-        how.append({"study": "judge", "judge": judge, "n_pert": len(g), "agg": agg})
-    if unparsed:  # an empty chart would look like a judge that scored 0
-        sec.blocks.append(Paragraph([_txt(f"No judgment parsed for {', '.join(unparsed)}: no BD / BC to plot "
-                                          "(every pair has an unparseable score - see the parse failures above).")]))
-    drawn = bs[~bs["judge"].astype(str).isin(unparsed)]
-    if len(drawn):
-        _figure(doc, sec, "judge-bias", "BD / BC per perturbation", lambda: _judge_figure(drawn, pairs, doc.metrics))
-    if pair_stores:
-        prs = _read(pair_stores)
-        if len(prs) and "experiment" in prs.columns:
-            pft = jb.parse_failure_table(prs, by=("judge", "experiment"))
-            r2 = [[_txt(t.judge), _txt(t.experiment), doc.count(metric_key("judge", t.judge, t.experiment, "n"), t.n),
-                   doc.count(metric_key("judge", t.judge, t.experiment, "n_unparseable"), t.n_unparseable),
-                   doc.num(metric_key("judge", t.judge, t.experiment, "parse_failure_pct"), 100 * t.parse_failure_rate, 1)]
-                  for t in pft.itertuples()]
-            sec.blocks.append(Table(doc.uid("judge-pairwise"), "Pairwise judgments (position / verbosity): parse failures",
-                                    ["judge", "experiment", "judgments", "unparseable", "parse failures (%)"], r2))
-    return sec, how
-
-
-def _judge_figure(bs: pd.DataFrame, pairs: pd.DataFrame, metrics: Mapping[str, float | None]):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    judges = list(dict.fromkeys(bs["judge"]))
-    perts = list(dict.fromkeys(bs["perturbation"]))
-    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(perts) + 2), 3.8))
-    off = np.linspace(-0.2, 0.2, len(judges)) if len(judges) > 1 else [0.0]
-    for o, j in zip(off, judges):
-        x, y, lo, hi = [], [], [], []
-        for i, p in enumerate(perts):
-            k = metric_key("judge", j, p, "value")
-            v = metrics.get(k)
-            if v is None:
-                continue
-            x.append(i + o)
-            y.append(v)
-            lo.append(v - (metrics.get(k + "/ci_low") if metrics.get(k + "/ci_low") is not None else v))
-            hi.append((metrics.get(k + "/ci_high") if metrics.get(k + "/ci_high") is not None else v) - v)
-        ax.errorbar(x, y, yerr=[lo, hi], fmt="o", capsize=3, label=j)
-    metric_of = dict(zip(bs["perturbation"], bs["metric"]))
-    ax.set_xticks(range(len(perts)), [f"{p}\n({metric_of[p]})" for p in perts], rotation=30, ha="right", fontsize=7)
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_ylabel("BD / BC (higher = better)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    ax.set_title("Bias-Deviation / Bias-Conformity per perturbation (bootstrap interval over samples)", fontsize=9)
-    fig.tight_layout()
-    return fig
 
 
 # ================================================================================================ provenance
@@ -972,7 +548,7 @@ def _provenance(store: ResultStore) -> dict[str, Any]:
         sorted(map(str, rows["judge"].unique())) if "judge" in rows else [])
     datasets = sorted(map(str, rows["dataset"].unique())) if "dataset" in rows else []
     fields["store"] = _rel(store.root)
-    fields["study"] = str(cfg.get("study", NOT_RECORDED)) + (f" ({cfg['kind']})" if cfg.get("kind") else "")
+    fields["study"] = "/".join(store_tag(cfg, store.root)) if cfg.get("study") else NOT_RECORDED
     fields["rows"] = int(len(rows))
     prov = info.get("provenance") if isinstance(info.get("provenance"), Mapping) else {}
     specs = [str(p.get("model_spec")) for p in prov.values() if isinstance(p, Mapping) and p.get("model_spec")]
@@ -1019,71 +595,77 @@ def _provenance(store: ResultStore) -> dict[str, Any]:
 
 
 # ================================================================================================ how to report
-def _how_section(doc: _Doc, how: list[dict], level: float) -> Section:
-    sec = Section("how-to-report", "How to report this")
+def how_value(doc: Doc, key: str, digits: int = 1, suffix: str = "") -> tuple[str, str, float | None]:
+    """A number of ``doc`` as a part of a "How to report this" paragraph ("n/a" if it was not computed)."""
+    v = doc.metrics.get(key)
+    return ("n/a" if v is None else f"{v:.{digits}f}{suffix}", key, v)
+
+
+def _how_grid(doc: Doc, h: dict, level: float) -> Paragraph:
+    """A complete grid's entry: quote the distribution over its variants (``unit``), beside the standard one."""
+    p, unit, m_ = h["prefix"], h["unit"], doc.metrics
     L = f"{int(level * 100)} % CI"
-    m_ = doc.metrics
+    sp = lambda key, digits=1, suffix="": how_value(doc, key, digits, suffix)  # noqa: E731
+    parts = [(f"{h['model']} on {h['dataset']}: quote the distribution over the {h['n_variants']} {unit}s - "
+              "mean ", None, None), sp(f"{p}/mean"), (f" % ({L} ", None, None), sp(f"{p}/mean/ci_low"),
+             ("-", None, None), sp(f"{p}/mean/ci_high"), ("), median ", None, None), sp(f"{p}/median"),
+             (", IQR ", None, None), sp(f"{p}/q25"), ("-", None, None), sp(f"{p}/q75"),
+             (", worst 5 % ", None, None), sp(f"{p}/worst5"), (", spread ", None, None), sp(f"{p}/spread"),
+             (" pp", None, None)]
+    if h.get("trimmed_mean"):
+        parts += [(", and the 10 % trimmed mean ", None, None), sp(f"{p}/trimmed_mean"), (" %", None, None)]
+    parts += [(f" - beside the {h['standard_label']} (", None, None), sp(h["standard_key"]), (" %).", None, None)]
+    if sp(f"{p}/max")[0] == sp(f"{p}/mean")[0]:  # best = mean as shown: every variant scores the same
+        parts += [(f" All {h['n_variants']} {unit}s score the same here (to 0.1 pp): there is no best {unit} to "
+                   "single out.", None, None)]
+    else:
+        parts += [(f" Do not quote the best {unit} ({h['best_name']}, ", None, None), sp(f"{p}/max"),
+                  (" %): it was picked after the fact and overstates the mean by ", None, None),
+                  (f"{(m_[f'{p}/max'] or 0) - (m_[f'{p}/mean'] or 0):.1f}", None, None), (" pp.", None, None)]
+    if h.get("standard_gap"):
+        parts += [(f" The {h['standard_label']} differs from the mean by ", None, None),
+                  sp(f"{p}/standard_minus_mean"), (f" pp ({L} ", None, None),
+                  sp(f"{p}/standard_minus_mean/ci_low"), (" to ", None, None),
+                  sp(f"{p}/standard_minus_mean/ci_high"), (").", None, None)]
+    if h.get("collapses"):
+        parts += [(" Report coverage with accuracy: it collapses for " + "; ".join(
+            c.split(": ", 1)[1] for c in h["collapses"]) + ".", None, None)]
+    r = (h.get("ranking") or {}).get(h["model"])
+    if r:
+        rk = metric_key("ranking", h["kind"], h["dataset"], h["model"])
+        parts += [(" Rank by the mean: ", None, None), sp(f"{rk}/rank", 0), (" (P(best) ", None, None),
+                  sp(f"{rk}/p_best", 2), ("; ranked 1st on ", None, None), sp(f"{rk}/share_rank1", 0),
+                  (f" % of the {unit}s) - give the rank interval, not one rank.", None, None)]
+    if h.get("lmm_sig"):
+        parts += [(" Significant format factors (mixed model): " + ", ".join(n for n, _, _ in h["lmm_sig"])
+                   + ".", None, None)]
+    return Paragraph([Cell(parts)], "how")
 
-    def sp(key: str, digits: int = 1, suffix: str = ""):
-        v = m_.get(key)
-        return ("n/a" if v is None else f"{v:.{digits}f}{suffix}", key, v)
 
+def _how_budgeted(doc: Doc, h: dict, level: float) -> Paragraph:
+    """A budgeted grid's entry: the estimated mean and the budget spent."""
+    p = h["prefix"]
+    sp = lambda key, digits=1: how_value(doc, key, digits)  # noqa: E731
+    parts = [(f"{h['model']} on {h['dataset']} (budgeted: ", None, None), sp(f"{p}/budget_pct", 1),
+             (" % of the grid run): quote the estimated mean ", None, None), sp(f"{p}/mean"),
+             (f" % ({int(h['level'] * 100)} % interval ", None, None), sp(f"{p}/mean/ci_low"), ("-", None, None),
+             sp(f"{p}/mean/ci_high"), ("), 5th percentile ", None, None), sp(f"{p}/q05"),
+             (" % and the budget spent, and say that the rest of the grid is estimated.", None, None)]
+    return Paragraph([Cell(parts)], "how")
+
+
+def _how_section(doc: Doc, how: list[dict], level: float) -> Section:
+    """One paragraph per entry a section returned: a complete grid's (``grid``), a budgeted one's (``budgeted``)
+    or the study's own (``paragraph(doc, entry, level)``)."""
+    sec = Section("how-to-report", "How to report this")
     for h in how:
-        p = h.get("prefix")
-        if h["study"] in ("formats", "prompts") and not h.get("budgeted"):
-            unit = "format" if h["study"] == "formats" else "prompt"
-            std = "standard format" if unit == "format" else "base prompt (1.1)"
-            std_key = f"{p}/standard" if unit == "format" else f"{p}/baseline"
-            parts = [(f"{h['model']} on {h['dataset']}: quote the distribution over the {h['n_variants']} {unit}s - "
-                      "mean ", None, None), sp(f"{p}/mean"), (f" % ({L} ", None, None), sp(f"{p}/mean/ci_low"),
-                     ("-", None, None), sp(f"{p}/mean/ci_high"), ("), median ", None, None), sp(f"{p}/median"),
-                     (", IQR ", None, None), sp(f"{p}/q25"), ("-", None, None), sp(f"{p}/q75"),
-                     (", worst 5 % ", None, None), sp(f"{p}/worst5"), (", spread ", None, None), sp(f"{p}/spread"),
-                     (" pp", None, None)]
-            if unit == "prompt":
-                parts += [(", and the 10 % trimmed mean ", None, None), sp(f"{p}/trimmed_mean"), (" %", None, None)]
-            parts += [(f" - beside the {std} (", None, None), sp(std_key), (" %).", None, None)]
-            if sp(f"{p}/max")[0] == sp(f"{p}/mean")[0]:  # best = mean as shown: every variant scores the same
-                parts += [(f" All {h['n_variants']} {unit}s score the same here (to 0.1 pp): there is no best {unit} to "
-                           "single out.", None, None)]
-            else:
-                parts += [(f" Do not quote the best {unit} ({h['best_name']}, ", None, None), sp(f"{p}/max"),
-                          (" %): it was picked after the fact and overstates the mean by ", None, None),
-                          (f"{(m_[f'{p}/max'] or 0) - (m_[f'{p}/mean'] or 0):.1f}", None, None), (" pp.", None, None)]
-            if unit == "format":
-                parts += [(" The standard format differs from the mean by ", None, None),
-                          sp(f"{p}/standard_minus_mean"), (f" pp ({L} ", None, None),
-                          sp(f"{p}/standard_minus_mean/ci_low"), (" to ", None, None),
-                          sp(f"{p}/standard_minus_mean/ci_high"), (").", None, None)]
-            if h.get("collapses"):
-                parts += [(" Report coverage with accuracy: it collapses for " + "; ".join(
-                    c.split(": ", 1)[1] for c in h["collapses"]) + ".", None, None)]
-            r = (h.get("ranking") or {}).get(h["model"])
-            if r:
-                rk = metric_key("ranking", h["study"], h["dataset"], h["model"])
-                parts += [(" Rank by the mean: ", None, None), sp(f"{rk}/rank", 0), (" (P(best) ", None, None),
-                          sp(f"{rk}/p_best", 2), ("; ranked 1st on ", None, None), sp(f"{rk}/share_rank1", 0),
-                          (f" % of the {unit}s) - give the rank interval, not one rank.", None, None)]
-            if h.get("lmm_sig"):
-                parts += [(" Significant format factors (mixed model): " + ", ".join(n for n, _, _ in h["lmm_sig"])
-                           + ".", None, None)]
-            sec.blocks.append(Paragraph([Cell(parts)], "how"))
-        elif h.get("budgeted"):
-            parts = [(f"{h['model']} on {h['dataset']} (budgeted: ", None, None), sp(f"{p}/budget_pct", 1),
-                     (" % of the grid run): quote the estimated mean ", None, None), sp(f"{p}/mean"),
-                     (f" % ({int(h['level'] * 100)} % interval ", None, None), sp(f"{p}/mean/ci_low"), ("-", None, None),
-                     sp(f"{p}/mean/ci_high"), ("), 5th percentile ", None, None), sp(f"{p}/q05"),
-                     (" % and the budget spent, and say that the rest of the grid is estimated.", None, None)]
-            sec.blocks.append(Paragraph([Cell(parts)], "how"))
-        elif h["study"] == "judge":
-            j = h["judge"]
-            parts = [(f"Judge {j}: report BD (Integrality, Congruity) and BC (Robustness) per perturbation with their "
-                      "intervals and the parse failures, not only the overall reliability (", None, None),
-                     sp(metric_key("judge", j, "aggregate", "overall"), 3),
-                     ("); a BC near 1 can come from a judge that gives every sample the same score, so give the "
-                      "inter-sample variance beside it (MM-JudgeBias, Table 2).", None, None)]
-            sec.blocks.append(Paragraph([Cell(parts)], "how"))
-    sec.blocks.append(Paragraph([_txt(
+        if h.get("budgeted"):
+            sec.blocks.append(_how_budgeted(doc, h, level))
+        elif h.get("grid"):
+            sec.blocks.append(_how_grid(doc, h, level))
+        elif h.get("paragraph"):
+            sec.blocks.append(h["paragraph"](doc, h, level))
+    sec.blocks.append(Paragraph([txt(
         "After the seeds: 'Unexplored Flaws in Multiple-Choice VQA Evaluations' asks model providers to disclose how "
         "prompt formats affect their model (performance on varying prompt formats) - i.e. the distribution over "
         "formats with coverage, not the best format; Promptception reports the 10 % trimmed mean over all prompts "
@@ -1154,7 +736,7 @@ def _table_html(t: Table) -> str:
     return f"<h3>{_esc(t.title)}</h3>{tab}{note}"
 
 
-def _render_html(doc: _Doc, title: str, meta: str, prov: list[dict]) -> str:
+def _render_html(doc: Doc, title: str, meta: str, prov: list[dict]) -> str:
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_esc(title)}</title>",
              f"<style>{_CSS}</style><script>{_JS_HEAD}</script></head><body>", f"<h1>{_esc(title)}</h1>",
              f'<p class="meta">{_esc(meta)}</p>', "<nav><ul>"]
@@ -1195,7 +777,7 @@ def _md_cell(c: Cell) -> str:
     return c.text.replace("|", "\\|").replace("\n", " ")
 
 
-def _render_md(doc: _Doc, title: str, meta: str, prov: list[dict], fig_paths: dict[str, str]) -> str:
+def _render_md(doc: Doc, title: str, meta: str, prov: list[dict], fig_paths: dict[str, str]) -> str:
     out = [f"# {title}", "", f"_{meta}_", ""]
     for s in doc.sections:
         out += [f"## {s.title}", ""]
@@ -1236,27 +818,28 @@ def build_report(stores: Sequence[str | Path] | str | Path, out: str | Path, *, 
     if isinstance(stores, (str, Path)):
         stores = [stores]
     found = collect_stores(stores)
-    by_study: dict[str, list[ResultStore]] = {}
+    by_study: dict[str, dict[str, list[ResultStore]]] = {}
     for st in found:
-        by_study.setdefault(_study(st), []).append(st)
-    doc = _Doc()
-    for group in by_study.values():
-        doc.notes += model_labels(group)[1]
+        study, stage = store_tag(st.config, st.root / "config.json")
+        by_study.setdefault(study, {}).setdefault(stage, []).append(st)
+    doc = Doc()
+    for stages in by_study.values():
+        doc.notes += model_labels([st for group in stages.values() for st in group])[1]
     how: list[dict] = []
-    for study, fn in (("format-bias", _format_section), ("promptception", _prompt_section)):
-        if study in by_study:
-            sec, h = fn(doc, by_study[study], n_boot, seed, level, budget_draws)
+    opts = ReportOptions(n_boot, seed, level, budget_draws)
+    unsummarised = []
+    known = study_names()
+    for name in [n for n in known if n in by_study] + sorted(set(by_study) - set(known)):
+        study, stages = get_study(name) if name in known else None, by_study[name]
+        unsummarised += [f"{name}/{stage}" if stage else name for stage in stages
+                         if study is None or study.report is None or stage not in study.report_stages]
+        if study is not None and study.report is not None:
+            sec, h = study.report(doc, {k: v for k, v in stages.items() if k in study.report_stages}, opts)
             if sec is not None:
                 doc.sections.append(sec)
                 how += h
-    if "judgebias" in by_study:
-        sec, h = _judge_section(doc, by_study["judgebias"], n_boot, seed, level)
-        if sec is not None:
-            doc.sections.append(sec)
-            how += h
-    other = sorted(set(by_study) - {"format-bias", "promptception", "judgebias"})
-    if other:
-        doc.notes.append(f"stores of {', '.join(other)} are listed under provenance but not summarised "
+    if unsummarised:
+        doc.notes.append(f"stores of {', '.join(unsummarised)} are listed under provenance but not summarised "
                          "(e.g. CP-LN log-likelihoods: see notebook 34 for the mitigation comparison)")
     if not doc.sections:
         doc.notes.append("no stored rows to summarise")

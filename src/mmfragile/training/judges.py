@@ -12,7 +12,7 @@ against a known truth (README "The model zoo"):
 * ``verbose`` - seeing, but its targets reward length: supported responses get 6 + the number of padding
   sentences (up to 10), contradicted ones 1 + it (up to 5), and of two supported responses the longer one wins
   (planted verbosity bias; the padding sentences come from a pool of their own, not from the study's
-  :func:`~mmfragile.studies.judgebias.analysis.make_verbose`).
+  :func:`~mmfragile.studies.judgebias.items.make_verbose`).
 
 No judge is taught a position: the order of every pair is random, and the seeing and blind judges' choice between
 two supported responses is a fair coin. The examples come from easy-VQA *train* pictures

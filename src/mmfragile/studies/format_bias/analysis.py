@@ -64,7 +64,7 @@ from mmfragile.studies.format_bias import mitigation as mit
 from mmfragile.studies.format_bias.prompts import PromptFormat, standard_format as prompt_standard_format
 
 __all__ = [
-    "GRID_STUDY", "CP_LN_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "video_settings", "run_info", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
+    "GRID_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "video_settings", "run_info", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
     "standard_rows", "reference_formats", "StudyData", "load_study", "default_figures_dir", "figure_note_for", "per_format_table",
     "answer_confidence_bins", "fit_lmm_with_fallback", "most_common_option_count", "subset_option_count",
     "mitigation_inputs", "pseudo_gt_scores", "vanilla_scores", "pia_scores", "pride_scores", "cp_ln_scores",
@@ -72,7 +72,6 @@ __all__ = [
 ]
 
 GRID_STUDY = "format-bias"
-CP_LN_STUDY = "format-bias-cp-ln"
 #: Column order of Tab. 7.
 METHOD_ORDER = ["pseudo_gt", "vanilla", "pia", "pride", "cp_ln"]
 
@@ -92,12 +91,12 @@ def store_dir(results_dir: str | Path, model: str, dataset: str, kind: str = "gr
 
 
 def run_config(model: str, dataset: str, n: int | None, formats: Sequence[str] | None = None,
-               study: str = GRID_STUDY, video: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               stage: str = "grid", video: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The store config (the keys ``mmfragile formats`` uses, so CLI and notebook runs share stores).
     ``video`` (``n_frames``, ``fps``, ``video_bounds``) is added only for datasets with video questions, so
     image-only stores keep their config."""
-    cfg: dict[str, Any] = {"study": study, "model": model, "dataset": dataset, "n": n}
-    if study != CP_LN_STUDY:
+    cfg: dict[str, Any] = {"study": GRID_STUDY, "stage": stage, "model": model, "dataset": dataset, "n": n}
+    if stage == "grid":
         cfg["formats"] = None if formats is None else ",".join(formats)
     if video:
         cfg["video"] = dict(video)
@@ -113,21 +112,20 @@ def video_settings(questions: pd.DataFrame, n_frames: int | None = None, fps: fl
 
 
 # ================================================================================================ reading
-def load_runs(results_dir: str | Path, study: str = GRID_STUDY) -> pd.DataFrame:
-    """All stores of ``study`` under ``results_dir`` (any depth) as one per-question frame (raw run columns).
-
-    A store counts as ``study`` if its config says so (stores without a ``study`` key count as grid stores).
-    Raises FileNotFoundError naming the folder if there is none."""
+def load_runs(results_dir: str | Path, stage: str = "grid") -> pd.DataFrame:
+    """All stores of the study's ``stage`` (``grid``, ``cp_ln``) under ``results_dir`` (any depth) as one
+    per-question frame (raw run columns), by their tags (:func:`mmfragile.store.store_tag`). Raises
+    FileNotFoundError naming the folder if there is none."""
     root = Path(results_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such results folder")
     frames = []
-    for st in find_stores(root, study, default_study=GRID_STUDY):
+    for st in find_stores(root, GRID_STUDY, stage):
         df = st.read()
         if len(df):
             frames.append(df)
     if not frames:
-        raise FileNotFoundError(f"{root}: no {study!r} result stores with rows under this folder")
+        raise FileNotFoundError(f"{root}: no {GRID_STUDY}/{stage} result stores with rows under this folder")
     df = pd.concat(frames, ignore_index=True)
     key = ["model", "dataset", "question_id", "variant"]
     return df[~df[key].astype(str).duplicated(keep="first")].reset_index(drop=True)
@@ -136,7 +134,7 @@ def load_runs(results_dir: str | Path, study: str = GRID_STUDY) -> pd.DataFrame:
 def load_cp_ln(results_dir: str | Path) -> pd.DataFrame:
     """All CP-LN stores under ``results_dir``; an empty frame if there is none."""
     try:
-        return load_runs(results_dir, study=CP_LN_STUDY)
+        return load_runs(results_dir, stage="cp_ln")
     except FileNotFoundError:
         return pd.DataFrame(columns=["model", "dataset", "question_id", "variant", "option", "logprob", "n_tokens",
                                      "answer", "n_options"])

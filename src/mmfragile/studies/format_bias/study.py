@@ -18,12 +18,14 @@ from mmfragile.runner import EvalItem, exact_match_score
 from mmfragile.schema import DataError, MCQuestion, skip_or_raise
 from mmfragile.shards import Shard
 from mmfragile.store import ResultStore
-from mmfragile.study import Param, RunContext, Stage, StageTask, Study, stored_keys, csv_list, register
-from mmfragile.studies.format_bias.analysis import CP_LN_STUDY, run_config, run_info, video_settings
+from mmfragile.study import (Param, RunContext, Stage, StageTask, Study, csv_list, register, run_stage,
+                             stored_keys)
+from mmfragile.studies.format_bias.analysis import run_config, run_info, video_settings
+from mmfragile.studies.format_bias import budget, report
 from mmfragile.studies.format_bias.items import STANDARD_FORMAT_COLUMN, format_bias_items, standard_formats_for
-from mmfragile.studies.format_bias.prompts import PromptFormat, build_cloze_prompt
+from mmfragile.studies.format_bias.prompts import NoStandardFormat, PromptFormat, build_cloze_prompt
 
-__all__ = ["STUDY", "run_format_bias", "run_cp_ln", "cloze_items", "cp_ln_score"]
+__all__ = ["STUDY", "run_format_bias", "run_cp_ln", "cloze_items", "cp_ln_score", "no_standard_message"]
 
 PARAMS = (
     Param("formats", None, "format names (default: all 48 of Table 1)", csv_list),
@@ -74,11 +76,11 @@ def load(ctx: RunContext) -> pd.DataFrame:
     return qs
 
 
-def _config(ctx: RunContext, study: str = "format-bias") -> dict[str, Any]:
+def _config(ctx: RunContext, stage: str = "grid") -> dict[str, Any]:
     p = ctx.params
     video = video_settings(ctx.data, p["n_frames"], p["fps"], p["video_bounds"])
-    cfg = run_config(ctx.model_name, ctx.dataset, ctx.n, p["formats"], study=study, video=video)
-    if study != CP_LN_STUDY and p["standard_format"]:
+    cfg = run_config(ctx.model_name, ctx.dataset, ctx.n, p["formats"], stage=stage, video=video)
+    if stage == "grid" and p["standard_format"]:
         cfg["standard_format"] = _standard(p)[1] or "none"
     return cfg
 
@@ -122,6 +124,14 @@ def cp_ln_score(ll, item: EvalItem) -> dict[str, Any]:
     return {"mean_logprob": float(ll.logprob) / max(int(ll.n_tokens), 1)}
 
 
+def no_standard_message(e: NoStandardFormat) -> str:
+    """The CLI's line for a dataset without a Table 5 format: the option to pass."""
+    names = ", ".join(repr(d) for d in e.datasets)
+    return (f"no standard prompt format for dataset {names} (known: {', '.join(e.known)}); pass "
+            "--standard-format NAME (e.g. --standard-format uppercase-dot-line_break) to give the format of the "
+            "'standard' variant, or --standard-format none to leave that variant out")
+
+
 STUDY = register(Study(
     name="format-bias",
     title="Prompt-format bias in multiple-choice VQA (48 formats x circular evaluation)",
@@ -130,14 +140,17 @@ STUDY = register(Study(
     load=load,
     stages=(
         Stage("grid", units=lambda ctx: ctx.data.to_dict("records"), items=grid_items,
-              score=lambda model, params: exact_match_score, config=_config, budget="format-bias",
+              score=lambda model, params: exact_match_score, config=_config, budget=budget.GRID,
               run_kw=lambda p: {"mode": p["mode"], "batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
         Stage("cp_ln", store="cp_ln", units=lambda ctx: ctx.data.to_dict("records"), items=cloze_items,
-              score=lambda model, params: cp_ln_score, config=lambda ctx: _config(ctx, CP_LN_STUDY),
+              score=lambda model, params: cp_ln_score, config=lambda ctx: _config(ctx, "cp_ln"),
               when=lambda p: p["cp_ln"], run_kw=lambda p: {"batch_size": p["batch_size"]}, unit="option"),
     ),
     summarize=lambda stores: {"per_format": _per_format(stores["grid"].read())} if "grid" in stores else {},
     default_dataset="easy-vqa",
+    report=report.report,
+    report_stages=("grid",),
+    errors={NoStandardFormat: lambda e: no_standard_message(e)},
 ))
 
 
@@ -163,8 +176,9 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, *,
         raise ValueError("a budgeted run chooses its cells over the whole grid: run it without --shard")
     store.add_skipped_rows(run_info(questions, [])["skipped_rows"])
     before, t0 = stored_keys(store), time.perf_counter()
-    StageTask("format-bias", "grid", tuple(sorted(STUDY.resolve(params).items())), budget, adaptive, budget_seed,
-              progress=progress)(model, questions.to_dict("records"), store, shard)
+    task = StageTask("format-bias", "grid", tuple(sorted(STUDY.resolve(params).items())), budget, adaptive,
+                     budget_seed, progress=progress)
+    run_stage(task, model, questions.to_dict("records"), store, shard, _dataset_name(questions))
     dt = time.perf_counter() - t0
     new = stored_keys(store) - before
     n_q = len({k[:2] for k in new})
@@ -174,11 +188,16 @@ def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, *,
     return store.read(), timing
 
 
+def _dataset_name(questions: pd.DataFrame) -> str | None:
+    """The dataset the provenance names: the spec the table was loaded from (None for a table made by hand)."""
+    return questions.attrs.get("spec")
+
+
 def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, *, progress: bool = True,
               shard: Shard | str | None = None, **params: Any) -> pd.DataFrame:
     """The CP-LN stage on a question table into ``store`` (one row per question x option: ``option,
     option_text, logprob, n_tokens, mean_logprob, answer, n_options, category, modality``); resumable."""
     store.add_skipped_rows(run_info(questions, [])["skipped_rows"])
-    StageTask("format-bias", "cp_ln", tuple(sorted(STUDY.resolve(params).items())), progress=progress)(
-        model, questions.to_dict("records"), store, shard)
+    task = StageTask("format-bias", "cp_ln", tuple(sorted(STUDY.resolve(params).items())), progress=progress)
+    run_stage(task, model, questions.to_dict("records"), store, shard, _dataset_name(questions))
     return store.read()

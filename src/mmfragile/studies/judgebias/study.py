@@ -26,18 +26,19 @@ from mmfragile.models.spec import ModelSpec
 from mmfragile.runner import EvalItem, ScoreFn
 from mmfragile.shards import Shard, question_group
 from mmfragile.store import ResultStore
-from mmfragile.study import Param, RunContext, Stage, StageTask, Study, csv_list, register
-from mmfragile.studies.judgebias.analysis import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
-                                                  EXPERIMENTS, JudgeRunReport, PairItem, _can_take, _check_decoding,
-                                                  _choice_row, _dataset, _score_row, bias_table, build_judge_conditions,
-                                                  judgment_seed, parse_failure_table, parse_prompt_variant,
-                                                  position_pairs, reference_responses, release_conditions,
-                                                  sample_group, selfgen_group, selfgen_sample, selfgen_samples,
-                                                  store_config, unavailable, verbosity_pairs)
+from mmfragile.study import Param, RunContext, Stage, StageTask, Study, csv_list, register, run_stage
+from mmfragile.studies.judgebias.analysis import bias_table, parse_failure_table
+from mmfragile.studies.judgebias.items import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
+                                               EXPERIMENTS, JudgeRunReport, PairItem, build_judge_conditions, can_take,
+                                               check_decoding, choice_row, judgment_seed, parse_prompt_variant,
+                                               position_pairs, reference_responses, release_conditions, sample_dataset,
+                                               sample_group, score_row, selfgen_group, selfgen_sample, selfgen_samples,
+                                               store_config, unavailable, verbosity_pairs)
 from mmfragile.studies.judgebias.data import (EASY_VQA_JUDGE_DATASET, JudgeSample, load_judge_dataset,
                                                make_easy_vqa_judge_set, make_judge_set)
 from mmfragile.studies.judgebias.metrics import PERTURBATIONS
 from mmfragile.studies.judgebias.prompts import pairwise_prompt, score_prompt
+from mmfragile.studies.judgebias.report import report as judge_report
 
 __all__ = ["STUDY", "JudgeData", "run_judge", "run_pairwise", "generate_responses", "score_items", "pair_items"]
 
@@ -87,7 +88,7 @@ def load(ctx: RunContext) -> JudgeData:
     for audit under ``<folder>/audit`` - or the released benchmark's own pairs (``mm-judgebias:<data>[::<images>]``).
     A perturbation no record can take is left out with a warning and listed in ``run_info["left_out"]``."""
     p = ctx.params
-    _check_decoding(p["decoding"], p["runs"])
+    check_decoding(p["decoding"], p["runs"])
     if ctx.n is not None:  # accepted by every study's command line, but a judge set is counted in samples
         raise UsageError(f"the judge study takes --n-samples N (n_samples=; default {p['n_samples']}), not --n")
     if ctx.table is not None:
@@ -117,7 +118,7 @@ def _config(kind: str):
         return {**store_config(seed=p["seed"], n_samples=p["n_samples"], max_new_tokens=p["max_new_tokens"],
                                decoding=p["decoding"], temperature=p["temperature"], top_p=p["top_p"],
                                pairwise_max_new_tokens=p["pairwise_max_new_tokens"],
-                               generator_max_new_tokens=p["generator_max_new_tokens"], **extra), "kind": kind}
+                               generator_max_new_tokens=p["generator_max_new_tokens"], **extra), "stage": kind}
     return config
 
 
@@ -148,13 +149,13 @@ def score_items(judge: MLLM, units: Sequence[tuple[str, JudgeSample]], params: d
     for variant in params["prompt_variants"]:
         base, allow_na = parse_prompt_variant(variant)
         for cond, s in units:
-            if not _can_take(judge, len(s.images)):
+            if not can_take(judge, len(s.images)):
                 n_skip += 1
                 continue
             prompt = score_prompt(s.query, s.response, s.images, variant=base, allow_na=allow_na)
             for r in range(int(params["runs"])):
                 dec = _decoding(params, judgment_seed(params["seed"], judge.name, s.sample_id, cond, variant, r))
-                key = {"dataset": _dataset(s), "question_id": s.sample_id, "variant": f"{cond}|run{r}|{variant}",
+                key = {"dataset": sample_dataset(s), "question_id": s.sample_id, "variant": f"{cond}|run{r}|{variant}",
                        "judge": judge.name, "sample_id": s.sample_id, "perturbation": cond, "run": r,
                        "prompt_variant": variant, "allow_na": allow_na,
                        "generator": str(s.meta.get("generator", "reference")), "kind": str(s.meta.get("kind", "")),
@@ -172,7 +173,7 @@ def score_items(judge: MLLM, units: Sequence[tuple[str, JudgeSample]], params: d
 
 
 def score_score(judge: MLLM, params: dict) -> ScoreFn:
-    return lambda raw, item: _score_row(raw, item.key["allow_na"])
+    return lambda raw, item: score_row(raw, item.key["allow_na"])
 
 
 # ============================================================================================== pairwise
@@ -183,7 +184,7 @@ def pair_items(judge: MLLM, units: Sequence[PairItem], params: dict, skipped: li
     for it in units:
         if it.experiment not in EXPERIMENTS:
             raise ValueError(f"unknown pairwise experiment {it.experiment!r}; choose from {EXPERIMENTS}")
-        if not _can_take(judge, len(it.images)):
+        if not can_take(judge, len(it.images)):
             n_skip += 1
             continue
         prompt = pairwise_prompt(it.query, it.response_a, it.response_b, it.images)
@@ -218,11 +219,11 @@ def response_items(generator: MLLM, units: Sequence[JudgeSample], params: dict,
                    skipped: list | None = None) -> list[EvalItem]:
     """One greedy answer per item (the query as the whole user turn, images attached); a text-only generator
     answers the text-only items only. Key: ``model`` = the generator, ``question_id`` = the item id."""
-    return [EvalItem({"dataset": _dataset(s), "question_id": str(s.meta.get("item_id", s.sample_id)),
+    return [EvalItem({"dataset": sample_dataset(s), "question_id": str(s.meta.get("item_id", s.sample_id)),
                       "variant": "response", "source_sample": s.sample_id},
                      Prompt(text=s.query, images=list(s.images)), max_new_tokens=int(params["generator_max_new_tokens"]),
                      group=sample_group(s))
-            for s in units if _can_take(generator, len(s.images))]
+            for s in units if can_take(generator, len(s.images))]
 
 
 def _response_score(raw: str, item: EvalItem) -> dict[str, Any]:
@@ -280,7 +281,7 @@ STUDY = register(Study(
         Stage("scores", store="scores", units=lambda ctx: ctx.data.conditions, items=score_items, score=score_score,
               config=_config("scores"), group_of=lambda unit: sample_group(unit[1]), run_kw=_batch, unit="judgment"),
         Stage("pairwise", store="pairwise", units=pair_units,
-              items=pair_items, score=lambda judge, params: lambda raw, item: _choice_row(raw),
+              items=pair_items, score=lambda judge, params: lambda raw, item: choice_row(raw),
               config=_config("pairwise"), group_of=pair_group, when=lambda p: p["pairwise"], run_kw=_batch,
               unit="judgment"),
         Stage("responses", store="responses", units=lambda ctx: selfgen_samples(ctx.data.samples),
@@ -296,6 +297,8 @@ STUDY = register(Study(
     default_model="smollm2-vlm",
     default_dataset="synthetic",
     needs_dataset=False,
+    report=judge_report,
+    report_stages=("scores", "pairwise"),
 ))
 
 
@@ -325,13 +328,13 @@ def run_judge(judge: MLLM, conditions: Sequence[tuple[str, JudgeSample]], store:
     """The score-wise stage on ``conditions`` into ``store`` (resumable), for one prompt ``variant``; returns a
     report of this judge's stored rows of that variant. ``params``: the study's (``decoding``, ``seed`` ...)."""
     p = STUDY.resolve({**params, "runs": runs, "prompt_variants": [variant], "max_new_tokens": max_new_tokens})
-    _check_decoding(p["decoding"], runs)
+    check_decoding(p["decoding"], runs)
     before = len(store)
-    StageTask("judge", "scores", tuple(sorted(p.items())), progress=progress, stop_after=stop_after)(
-        judge, list(conditions), store, shard)
+    run_stage(StageTask("judge", "scores", tuple(sorted(p.items())), progress=progress, stop_after=stop_after),
+              judge, list(conditions), store, shard)
     report = _report(store, judge.name, variant, False, len(store) - before)
     report.skipped = [(c, s.sample_id, "text-only judge; the input has an image") for c, s in conditions
-                      if not _can_take(judge, len(s.images))]
+                      if not can_take(judge, len(s.images))]
     report.n_skipped = len(report.skipped)
     return report
 
@@ -341,12 +344,13 @@ def run_pairwise(judge: MLLM, pairs: Sequence[PairItem], store: ResultStore, run
                  **params: Any) -> JudgeRunReport:
     """The pairwise stage on ``pairs`` into ``store`` (resumable); a report of this judge's pairwise rows."""
     p = STUDY.resolve({**params, "runs": runs, "pairwise_max_new_tokens": max_new_tokens})
-    _check_decoding(p["decoding"], runs)
+    check_decoding(p["decoding"], runs)
     before = len(store)
-    StageTask("judge", "pairwise", tuple(sorted(p.items())), progress=progress)(judge, list(pairs), store, shard)
+    run_stage(StageTask("judge", "pairwise", tuple(sorted(p.items())), progress=progress), judge, list(pairs), store,
+              shard)
     report = _report(store, judge.name, "pairwise", True, len(store) - before)
     report.skipped = [(it.experiment, it.sample_id, "text-only judge; the input has an image") for it in pairs
-                      if not _can_take(judge, len(it.images))]
+                      if not can_take(judge, len(it.images))]
     report.n_skipped = len(report.skipped)
     return report
 
@@ -357,7 +361,7 @@ def generate_responses(generator: MLLM, samples: Sequence[JudgeSample], store: R
     new unbiased samples ``<item_id>@<generator>`` of dataset ``<dataset>-selfgen`` (:func:`selfgen_sample`)."""
     p = STUDY.resolve({"generator_max_new_tokens": max_new_tokens})
     sources = selfgen_samples(samples)
-    StageTask("judge", "responses", tuple(sorted(p.items())), progress=progress)(generator, sources, store, None)
+    run_stage(StageTask("judge", "responses", tuple(sorted(p.items())), progress=progress), generator, sources, store)
     rows = store.read()
     got = {str(q): r for m, q, r in zip(rows["model"], rows["question_id"], rows["response"]) if m == generator.name}
     return [selfgen_sample(s, got[str(s.meta.get("item_id", s.sample_id))], generator.name) for s in sources

@@ -26,14 +26,13 @@ from mmfragile.schema import MCQuestion
 from mmfragile.store import ResultStore
 from mmfragile.studies.promptception.prompts import get_prompt_type
 
-__all__ = ["PENDING", "EXTRACTION_STORE", "EXTRACTION_STUDY", "EXTRACTION_MAX_NEW_TOKENS", "ExtractionItem",
+__all__ = ["PENDING", "EXTRACTION_STORE", "EXTRACTION_MAX_NEW_TOKENS", "ExtractionItem",
            "pending_answers", "extraction_items", "extraction_item", "extraction_score", "with_extraction", "read_answers"]
 
 #: ``extraction_stage`` of an answer waiting for the extractor
 PENDING = "pending"
 #: the extraction store's subfolder of the answers' store, and its config's ``study``
 EXTRACTION_STORE = "extraction"
-EXTRACTION_STUDY = "promptception-extraction"
 #: the extractor's generation limit (one letter or code)
 EXTRACTION_MAX_NEW_TOKENS = 8
 #: the columns an extraction sets on its answer
@@ -89,7 +88,7 @@ def extraction_item(key: dict[str, Any], question: str, options: Sequence[str], 
 
 def extraction_score(exclude_refusals: bool) -> ScoreFn:
     """Score the extractor's output into the answer's columns (the ``refusal`` policy of
-    :func:`mmfragile.studies.promptception.analysis.make_score_fn`)."""
+    :func:`mmfragile.studies.promptception.items.make_score_fn`)."""
 
     def score(out: str, item: ExtractionItem) -> dict[str, Any]:
         res = read_extractor_output(out, item.letters, exclude_refusals)

@@ -18,10 +18,11 @@ from mmfragile.models.spec import ModelSpec, as_spec
 from mmfragile.runner import EvalItem, ScoreFn
 from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
-from mmfragile.studies.promptception.analysis import (DEFAULT_MAX_NEW_TOKENS, make_score_fn, promptception_items,
-                                                      resolve_model_kind, run_config, select_questions, store_dir,
-                                                      summarize_run)
-from mmfragile.studies.promptception.extraction import (EXTRACTION_MAX_NEW_TOKENS, EXTRACTION_STORE, EXTRACTION_STUDY,
+from mmfragile.studies.promptception import budget, report
+from mmfragile.studies.promptception.analysis import summarize_run
+from mmfragile.studies.promptception.items import (DEFAULT_MAX_NEW_TOKENS, make_score_fn, promptception_items,
+                                                   resolve_model_kind, run_config, select_questions, store_dir)
+from mmfragile.studies.promptception.extraction import (EXTRACTION_MAX_NEW_TOKENS, EXTRACTION_STORE,
                                                         extraction_items, extraction_score, pending_answers,
                                                         read_answers)
 
@@ -86,7 +87,7 @@ def extraction_units(ctx: RunContext) -> list[dict]:
 
 
 def _extraction_config(ctx: RunContext) -> dict[str, Any]:
-    return {**_config(ctx), "study": EXTRACTION_STUDY, "extraction_max_new_tokens": EXTRACTION_MAX_NEW_TOKENS}
+    return {**_config(ctx), "stage": EXTRACTION_STORE, "extraction_max_new_tokens": EXTRACTION_MAX_NEW_TOKENS}
 
 
 STUDY = register(Study(
@@ -96,7 +97,7 @@ STUDY = register(Study(
     params=PARAMS,
     load=load,
     stages=(Stage("prompts", units=lambda ctx: ctx.data.to_dict("records"), items=items, score=score,
-                  config=_config, budget="promptception",
+                  config=_config, budget=budget.GRID,
                   run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
             # stage 2 of Appendix E: the pending answers through the extractor, batched, into <folder>/extraction
             Stage(EXTRACTION_STORE, units=extraction_units, store=EXTRACTION_STORE, config=_extraction_config,
@@ -107,4 +108,6 @@ STUDY = register(Study(
     summarize=lambda stores: summarize_run(read_answers(stores["prompts"])) if "prompts" in stores else {},
     folder=lambda results_dir, model, dataset: store_dir(results_dir, model, dataset),
     default_dataset="synthetic-vqa",
+    report=report.report,
+    report_stages=("prompts",),
 ))
