@@ -54,7 +54,7 @@ def test_vllm_specs_without_vllm_say_how_to_get_it():
 
     from mmfragile.api import load_model
 
-    with pytest.raises(ValueError, match="backend must be 'hf' or 'vllm'"):
+    with pytest.raises(ValueError, match="backend must be one of hf, vllm, openai"):
         load_model("smollm2", backend="tgi")
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed in this environment")
