@@ -4,6 +4,7 @@ joined rows carry the same letters as extracting each answer on its own (:func:`
 """
 from __future__ import annotations
 
+import json
 import math
 import zlib
 
@@ -89,6 +90,15 @@ def test_extraction_is_batched_and_gives_the_per_item_letters(tmp_path):
     assert set(joined.extraction_stage) >= {"regex", "model", "failed"}
     _same(joined, _one_by_one(joined, run.data, Scripted("reference"), refusals=False))
     assert run.summary()["per_prompt"].stage2.sum() == (joined.extraction_stage == "model").sum()
+    # the report reads the joined answers: its trimmed mean is the one of the extracted letters, not of "pending"
+    from mmfragile.report import build_report
+    from mmfragile.studies.promptception import analysis as pcs
+    from mmfragile.studies.promptception import metrics as pm
+
+    rep = build_report([run.stores["prompts"].root], tmp_path / "report", n_boot=20)
+    got = json.loads(rep.json.read_text())["metrics"][f"prompts/scripted/{answers.dataset.iloc[0]}/trimmed_mean"]
+    want = pm.trimmed_means(pcs.accuracy_frame(joined.assign(exclude_refusals=False), benchmark_by="dataset"))
+    assert got == pytest.approx(float(want["trimmed_mean"].iloc[0]), abs=1e-6)
 
 
 def test_killed_extraction_resumes_and_a_missing_one_is_out_of_coverage(tmp_path):

@@ -24,7 +24,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -337,9 +337,11 @@ def model_labels(stores: Sequence[ResultStore]) -> tuple[dict[tuple[Path, str], 
     return labels, notes
 
 
-def store_rows(store: ResultStore, labels: Mapping[tuple[Path, str], str]) -> pd.DataFrame:
-    """The store's rows, the model relabelled where :func:`model_labels` says."""
-    df = store.read()
+def store_rows(store: ResultStore, labels: Mapping[tuple[Path, str], str],
+               read: Callable[[ResultStore], pd.DataFrame] = ResultStore.read) -> pd.DataFrame:
+    """The store's rows (``read``: a study's own reader, e.g. answers joined with their second stage), the model
+    relabelled where :func:`model_labels` says."""
+    df = read(store)
     mine = {name: label for (root, name), label in labels.items() if root == store.root}
     if mine and "model" in df:
         df["model"] = df["model"].astype(str).replace(mine)

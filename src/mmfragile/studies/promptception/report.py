@@ -14,6 +14,7 @@ from mmfragile.report.build import (Cell, Doc, Paragraph, ReportOptions, Section
                                     model_labels, outcome_matrix, ranking_tables, stats_row, store_rows, txt,
                                     variant_statistics)
 from mmfragile.store import ResultStore
+from mmfragile.studies.promptception.extraction import read_answers
 
 
 def prompt_section(doc: Doc, stores: list[ResultStore], n_boot: int, seed: int, level: float,
@@ -25,7 +26,7 @@ def prompt_section(doc: Doc, stores: list[ResultStore], n_boot: int, seed: int, 
     frames = []
     labels = model_labels(stores)[0]
     for st in stores:
-        df = store_rows(st, labels)
+        df = store_rows(st, labels, read=read_answers)  # pending answers with their stage-2 extraction
         if len(df):
             frames.append(df.assign(exclude_refusals=bool(st.config.get("exclude_refusals", False)), _store=str(st.root)))
     if not frames:
