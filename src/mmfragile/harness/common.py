@@ -123,11 +123,12 @@ def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[t
                 provenance: Mapping[str, Any]) -> ResultStore:
     """The result store of ``scored`` = (exported row, raw output) pairs: every row scored by the study's own
     score function, under the config of a native run (``model`` names the run as ``--model`` would)."""
-    from mmfragile.study import get_study
+    from mmfragile.study import get_study, tag
 
-    stage = next(s for s in get_study(manifest["study"]).stages if s.name == manifest["stage"])
+    study = get_study(manifest["study"])
+    stage = study.stage(manifest["stage"])
     score = stage.score(None, manifest["params"])
-    config = {**manifest["config"], "model": model}
+    config = {**manifest["config"], **tag(study, stage), "model": model}   # tagged as run_study tags its stores
     store = ResultStore(out, config=config, run_info=manifest["run_info"] or None)
     if len(store):
         raise HarnessError(f"{out}: the store already holds {len(store)} rows; import into a new folder")
