@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from mmfragile.extraction import build_extraction_prompt, is_refusal, read_extractor_output
+from mmfragile.extraction import ExtractionResult, build_extraction_prompt, is_refusal, read_extractor_output
 from mmfragile.models.base import Prompt
 from mmfragile.runner import EvalItem, ScoreFn
 from mmfragile.schema import MCQuestion
@@ -27,7 +27,7 @@ from mmfragile.store import ResultStore
 from mmfragile.studies.promptception.prompts import get_prompt_type
 
 __all__ = ["PENDING", "EXTRACTION_STORE", "EXTRACTION_MAX_NEW_TOKENS", "ExtractionItem",
-           "pending_answers", "extraction_items", "extraction_item", "extraction_score", "with_extraction", "read_answers"]
+           "pending_answers", "extraction_items", "extraction_item", "extraction_score", "answer_columns", "with_extraction", "read_answers"]
 
 #: ``extraction_stage`` of an answer waiting for the extractor
 PENDING = "pending"
@@ -91,13 +91,21 @@ def extraction_score(exclude_refusals: bool) -> ScoreFn:
     :func:`mmfragile.studies.promptception.items.make_score_fn`)."""
 
     def score(out: str, item: ExtractionItem) -> dict[str, Any]:
-        res = read_extractor_output(out, item.letters, exclude_refusals)
-        refusal = res.refusal if exclude_refusals else (res.letter is None and is_refusal(item.response))
-        return {"letter": res.letter, "extraction_stage": res.stage, "refusal": bool(refusal),
-                "correct": bool(res.is_correct(item.answer_id)), "covered": res.letter is not None,
-                "extractor_output": res.model_output}
+        return answer_columns(read_extractor_output(out, item.letters, exclude_refusals), item.response,
+                              item.answer_id, exclude_refusals)
 
     return score
+
+
+def answer_columns(res: ExtractionResult, response: str | None, answer_id: str,
+                   exclude_refusals: bool) -> dict[str, Any]:
+    """An answer's :data:`RESULT_COLUMNS` from its extraction ``res`` (either stage). ``refusal``: with
+    ``exclude_refusals`` the extraction's verdict, else whether an unresolved ``response`` reads as a refusal
+    (reported; it stays incorrect)."""
+    refusal = res.refusal if exclude_refusals else (res.letter is None and is_refusal(response))
+    return {"letter": res.letter, "extraction_stage": res.stage, "refusal": bool(refusal),
+            "correct": bool(res.is_correct(answer_id)), "covered": res.letter is not None,
+            "extractor_output": res.model_output}
 
 
 def with_extraction(answers: pd.DataFrame, extractions: pd.DataFrame | None) -> pd.DataFrame:

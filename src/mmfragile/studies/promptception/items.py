@@ -37,14 +37,14 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from mmfragile.runner import EvalItem
-from mmfragile.extraction import ExtractionResult, is_refusal, resolve_without_model
+from mmfragile.extraction import ExtractionResult, resolve_without_model
 from mmfragile.models.base import MLLM
 from mmfragile.data.video import frame_indices, question_media, sample_frames  # noqa: F401  (re-exported)
 from mmfragile.studies.promptception.prompts import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
 from mmfragile.schema import DataError, MCQuestion, row_where, skip_or_raise
 from mmfragile.models.spec import ModelSpec, spec_of
 from mmfragile.paths import safe_name
-from mmfragile.studies.promptception.extraction import PENDING
+from mmfragile.studies.promptception.extraction import PENDING, answer_columns
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "MODALITY_ORDER", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn", "frame_indices", "sample_frames", "select_questions", "store_dir", "run_config"]
 
@@ -184,10 +184,7 @@ def make_score_fn(exclude_refusals: bool = False, match_text: bool = False,
                                     match_text=match_text)
         if res is None:
             res = ExtractionResult(None, PENDING if stage2 else "failed")
-        refusal = res.refusal if exclude_refusals else (res.letter is None and is_refusal(raw))
-        return {"letter": res.letter, "extraction_stage": res.stage, "refusal": bool(refusal),
-                "correct": bool(res.is_correct(item.answer_id)), "covered": res.letter is not None,
-                "extractor_output": res.model_output}
+        return answer_columns(res, raw, item.answer_id, exclude_refusals)
 
     return score
 
