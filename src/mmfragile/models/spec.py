@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from mmfragile.models.base import keyword_params  # noqa: F401  (re-exported)
+from mmfragile.models.base import keyword_params
 
 #: keyword arguments that change where and how fast a model runs, not its outputs: left out of a store's model
 #: identity (:func:`mmfragile.provenance.model_identity`), so a resume may change them. ``device`` is where it runs
