@@ -169,14 +169,10 @@ def _print_outcome(run, out: str) -> None:
 
 
 def _stored_rows(out: str) -> dict[Path, int]:
-    """Rows per result store under ``out`` (folders with a config.json and parts/), read-only."""
-    from mmfragile.store import ResultStore
+    """Rows per result store under ``out``, read-only."""
+    from mmfragile.store import ResultStore, store_folders
 
-    root = Path(out)
-    if not root.is_dir():
-        return {}
-    return {cfg.parent: len(ResultStore(cfg.parent)) for cfg in sorted(root.rglob("config.json"))
-            if (cfg.parent / "parts").is_dir()}
+    return {folder: len(ResultStore(folder)) for folder in store_folders(out)} if Path(out).is_dir() else {}
 
 
 def _interrupted(e: KeyboardInterrupt, out: str, before: dict[Path, int]) -> int:

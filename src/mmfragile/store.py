@@ -876,15 +876,19 @@ def _merge_into(out: ResultStore, srcs: Sequence[ResultStore], compact: bool) ->
     return report
 
 
+def store_folders(root: str | Path) -> list[Path]:
+    """The result-store folders at or below ``root`` (any depth), in the order of their config.json paths. Folders
+    with a config.json but no ``parts/`` (a model checkpoint, say) are not stores and are skipped."""
+    return [cfg.parent for cfg in sorted(Path(root).rglob("config.json")) if (cfg.parent / "parts").is_dir()]
+
+
 def find_stores(root: str | Path, study: str, stage: str | None = None) -> list[ResultStore]:
-    """The stores under ``root`` (any depth) of ``study`` (and ``stage``), by :func:`store_tag` - a store without
-    a tag raises, naming it. Folders with a config.json but no ``parts/`` (a model checkpoint, say) are not
-    stores and are skipped."""
+    """The stores under ``root`` (:func:`store_folders`) of ``study`` (and ``stage``), by :func:`store_tag` - a
+    store without a tag raises, naming it."""
     out = []
-    for cfg in sorted(Path(root).rglob("config.json")):
-        if (cfg.parent / "parts").is_dir():
-            st = ResultStore(cfg.parent)
-            tag = store_tag(st.config, cfg)
-            if tag[0] == study and stage in (None, tag[1]):
-                out.append(st)
+    for folder in store_folders(root):
+        st = ResultStore(folder)
+        tag = store_tag(st.config, folder / "config.json")
+        if tag[0] == study and stage in (None, tag[1]):
+            out.append(st)
     return out

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mmfragile.store import ResultStore, store_tag
+from mmfragile.store import ResultStore, store_folders, store_tag
 from mmfragile.study import budget_grid, get_study, study_names
 
 DEFAULT_N_BOOT = 1000
@@ -281,7 +281,7 @@ def collect_stores(paths: Iterable[str | Path]) -> list[ResultStore]:
     for p in map(Path, paths):
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such store or folder")
-        found = [p] if _is_store(p) else sorted(c.parent for c in p.rglob("config.json") if _is_store(c.parent))
+        found = [p] if _is_store(p) else sorted(store_folders(p))
         if not found:
             raise FileNotFoundError(f"{p}: no result store (a folder with config.json and parts/) in it")
         for s in found:
