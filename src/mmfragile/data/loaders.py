@@ -976,11 +976,10 @@ def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: 
                         f"(python -m mmfragile run {record.study} --dataset {spec})")
     if not record.builtin:
         out = record.load(path, n=n, skip_bad_rows=skip_bad_rows)
-    elif record.kind == "easy-vqa":
-        out = record.load(n=n, seed=seed)
     else:
         out = record.load(n=n, seed=seed)
-        out = out.head(n).reset_index(drop=True) if n else out
-        out.attrs["skipped_rows"] = []
+        if record.kind != "easy-vqa":  # easy-VQA's loader takes n itself (200 unless given) and is kept as loaded
+            out = out.head(n).reset_index(drop=True) if n else out
+            out.attrs["skipped_rows"] = []
     out.attrs["spec"] = str(spec)  # the name run_study stores a table under (mmfragile.study.table_name)
     return out

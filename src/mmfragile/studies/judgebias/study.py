@@ -264,8 +264,9 @@ def _batch(p: dict) -> dict:
 def _summarize(stores: dict[str, ResultStore]) -> dict:
     out = {}
     if "scores" in stores:
-        out["bias"] = bias_table(stores["scores"])
-        out["parse_failures"] = parse_failure_table(stores["scores"].read(), by=("judge", "perturbation"))
+        rows = stores["scores"].read()   # read once for both tables
+        out["bias"] = bias_table(rows)
+        out["parse_failures"] = parse_failure_table(rows, by=("judge", "perturbation"))
     if "pairwise" in stores:
         out["pairwise_parse_failures"] = parse_failure_table(stores["pairwise"].read(), by=("judge", "experiment"))
     return out
