@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from mmfragile.models.base import Prompt
 from mmfragile.runner import EvalItem
@@ -100,16 +100,19 @@ def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    rows = []
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, record) of each non-blank line; a line that is no JSON is a :class:`HarnessError` naming it."""
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
+                    yield line_no, json.loads(line)
                 except json.JSONDecodeError as e:
                     raise HarnessError(f"{path}:{line_no}: not a JSON line ({e.msg})") from None
-    return rows
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [rec for _, rec in iter_jsonl(path)]
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from mmfragile.harness.common import (MANIFEST, HarnessError, item_row, read_jsonl, read_manifest, study_grid,
-                                      write_jsonl, write_store)
+from mmfragile.harness.common import (MANIFEST, HarnessError, item_row, iter_jsonl, read_jsonl, read_manifest,
+                                      study_grid, write_jsonl, write_store)
 from mmfragile.store import ResultStore
 
 HARNESS = "lmms-eval"
@@ -189,27 +189,20 @@ def _export_folder(task: str, results: list[dict], export: Path | None, samples:
 def _joined(samples: Path, rows: list[dict]) -> Iterable[tuple[dict, str]]:
     """(exported row, raw output) per sample line; a line that does not match its row is an error."""
     seen: dict[int, int] = {}
-    with open(samples, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{samples}:{line_no}"
-            try:
-                s = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise HarnessError(f"{where}: not a JSON line ({e.msg})") from None
-            doc_id = s.get("doc_id")
-            if not isinstance(doc_id, int) or not 0 <= doc_id < len(rows):
-                raise HarnessError(f"{where}: doc_id {doc_id!r} is not a row of the task's data file "
-                                   f"({len(rows)} rows): was the task re-exported after this run?")
-            if doc_id in seen:
-                raise HarnessError(f"{where}: doc_id {doc_id} already logged on line {seen[doc_id]}")
-            seen[doc_id] = line_no
-            row = rows[doc_id]
-            if "input" in s and s["input"] != row["prompt"]:
-                raise HarnessError(f"{where}: the logged input is not the exported prompt of doc_id {doc_id} "
-                                   f"({row['question_id']}, {row['variant']}): the run used another export")
-            yield row, _raw(s.get("filtered_resps"), where)
+    for line_no, s in iter_jsonl(samples):
+        where = f"{samples}:{line_no}"
+        doc_id = s.get("doc_id")
+        if not isinstance(doc_id, int) or not 0 <= doc_id < len(rows):
+            raise HarnessError(f"{where}: doc_id {doc_id!r} is not a row of the task's data file "
+                               f"({len(rows)} rows): was the task re-exported after this run?")
+        if doc_id in seen:
+            raise HarnessError(f"{where}: doc_id {doc_id} already logged on line {seen[doc_id]}")
+        seen[doc_id] = line_no
+        row = rows[doc_id]
+        if "input" in s and s["input"] != row["prompt"]:
+            raise HarnessError(f"{where}: the logged input is not the exported prompt of doc_id {doc_id} "
+                               f"({row['question_id']}, {row['variant']}): the run used another export")
+        yield row, _raw(s.get("filtered_resps"), where)
 
 
 def _raw(resp: Any, where: str) -> str:
