@@ -348,3 +348,26 @@ def test_every_console_table_has_a_heading(budgeted_console):
     assert [ln.split()[1] for _, ln in headings] == [*summaries, "budget", "estimate"]
     assert lines[headings[-2][0] + 1].split()[:3] == BUDGET_HEADER
     assert lines[headings[-1][0] + 1].split()[:3] == ESTIMATE_HEADER
+
+
+
+@pytest.mark.parametrize("study, subset, n, n_cells", [
+    ("promptception", ["--prompt-ids", "1.1,2.1,5.2", "--max-new-tokens", "4"], 4, 4 * 3),
+    ("format-bias", ["--formats", "uppercase-dot-line_break,numbers-colon-comma"], 2, None)])
+def test_a_budget_over_a_subset_estimates_that_subset_not_the_catalogue(tmp_path, capsys, study, subset, n, n_cells):
+    """A budgeted run over --prompt-ids / --formats samples that subset's grid, and the estimate it prints (the
+    report's numbers) is over that grid - 4 questions x 3 prompts; 2 questions x 2 formats x every shift - not
+    over the whole catalogue of 59 prompts / 48 formats it never asked for."""
+    from mmfragile.cli import main
+    from mmfragile.store import ResultStore
+
+    out = tmp_path / "b"
+    assert main(["run", study, "--model", "tiny-vlm", "--dataset", "synthetic-vqa", "--n", str(n), *subset,
+                 "--out", str(out), "--budget", "0.5", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    table = printed.split("# budget")[1].splitlines()
+    cols, values = table[1].split(), table[2].split()
+    if n_cells is None:   # every (question, format, shift) cell: 2 formats x the question's option count
+        rows = ResultStore(out).read()
+        n_cells = 2 * sum(len(o) for o in rows.drop_duplicates("question_id")["option_ids"])
+    assert int(values[cols.index("n_cells")]) == n_cells

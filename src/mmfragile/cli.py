@@ -145,11 +145,13 @@ def _run(a: argparse.Namespace, study) -> int:
         print(f"# {name}")
         print(table.round(1).to_string(index=table.index.name is not None))
     if budget is not None:
-        from mmfragile.budget import estimate_store, estimate_tables
+        from mmfragile.budget import estimate_store, estimate_tables, grid_units
 
         for stage in study.stages:
             if stage.budget and stage.name in run.stores:  # the same numbers as `mmfragile report` on this store
-                for name, table in estimate_tables(estimate_store(stage.budget.read(run.stores[stage.name]), stage.budget)).items():
+                store = run.stores[stage.name]
+                est = estimate_store(stage.budget.read(store), stage.budget, units=grid_units([store.config]))
+                for name, table in estimate_tables(est).items():
                     print(f"# {name} ({stage.budget.spec.name} grid estimate)")
                     print(table.to_string(index=False))
     _print_outcome(run, a.out)

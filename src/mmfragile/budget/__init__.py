@@ -18,7 +18,7 @@ store, and estimate the whole grid's accuracy distribution from it (:mod:`mmfrag
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,9 +27,9 @@ from mmfragile.runner import EvalItem, ScoreFn, exact_match_score, run_items
 from mmfragile.budget.estimator import GridSpec, adaptive_batch, budget_size, estimate, stratified_order
 from mmfragile.models.base import MLLM
 from mmfragile.schema import DataError
-from mmfragile.store import ResultStore
+from mmfragile.store import RUN_INFO, ResultStore
 
-__all__ = ["KEY", "item_cells", "attach_outcomes", "select_items", "run_budgeted",
+__all__ = ["KEY", "item_cells", "attach_outcomes", "select_items", "run_budgeted", "record_grid_units", "grid_units",
            "rows_with_position", "first_rows", "merge_outcomes", "estimate_store", "estimate_tables", "STORE_LEVEL",
            "STORE_DRAWS", "STORE_SEED"]
 
@@ -100,6 +100,7 @@ def run_budgeted(model: MLLM, items: Sequence[EvalItem], store: ResultStore, spe
     in the store, until the store holds ``budget`` cells of this grid. ``run_kw`` go to :func:`run_items`."""
     cells = item_cells(items, spec)
     n = budget_size(len(cells), budget)
+    record_grid_units(store, model.name, cells[spec.unit])
     if not adaptive:
         chosen = _as_engine_order(items, stratified_order(cells, spec, n, seed))
         return run_items(model, chosen, store, score_fn=score_fn, progress=progress,
@@ -148,15 +149,41 @@ def merge_outcomes(grid: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+#: ``run_info`` key of the units (prompts, formats ...) each model's budgeted runs sampled from.
+GRID_UNITS = "budget_units"
+
+
+def record_grid_units(store: ResultStore, model: str, units: Iterable[Any]) -> None:
+    """Add ``units`` to the grid ``model``'s budgeted runs of ``store`` sampled from (a later budget over more
+    prompts or formats widens it): the estimate is over that grid, not over the study's whole catalogue."""
+    old = ((store.config.get(RUN_INFO) or {}).get(GRID_UNITS) or {}).get(model, [])
+    store.merge_run_info(GRID_UNITS, {model: sorted({*map(str, old), *map(str, units)})})
+
+
+def grid_units(configs: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """model -> the units its budgeted runs sampled from, over stores' configs (:func:`record_grid_units`)."""
+    out: dict[str, set[str]] = {}
+    for cfg in configs:
+        for model, units in ((cfg.get(RUN_INFO) or {}).get(GRID_UNITS) or {}).items():
+            out.setdefault(model, set()).update(units)
+    return {m: sorted(u) for m, u in out.items()}
+
+
 #: The settings of every store estimate (``mmfragile run --budget`` and ``mmfragile report`` print the same numbers).
 STORE_LEVEL, STORE_DRAWS, STORE_SEED = 0.9, 400, 0
 
 
 def estimate_store(rows: pd.DataFrame, grid: Any, level: float = STORE_LEVEL, n_draws: int = STORE_DRAWS,
-                   seed: int = STORE_SEED, **kw: Any):
+                   seed: int = STORE_SEED, units: Mapping[str, Sequence[str]] | None = None, **kw: Any):
     """:func:`~mmfragile.budget.estimator.estimate` on the complete grid rebuilt from a study's store rows (``grid``:
-    the stage's :class:`~mmfragile.study.BudgetGrid`, :func:`mmfragile.study.budget_grid`; in any row order: the grid is built in sorted question order, so the posterior draws do not depend on it)."""
-    return estimate(grid.cells(rows), grid.spec, level=level, n_draws=n_draws, seed=seed, **kw)
+    the stage's :class:`~mmfragile.study.BudgetGrid`, :func:`mmfragile.study.budget_grid`; in any row order: the grid is built in sorted question order, so the posterior draws do not depend on it). ``units``
+    (:func:`grid_units` of the stores' configs): per model, the units its budgeted runs sampled from - a run over
+    ``--prompt-ids`` / ``--formats`` is estimated over that subset; a model without an entry over the whole grid."""
+    cells = grid.cells(rows)
+    if units:
+        keep = [m not in units or u in units[m] for m, u in zip(cells["model"].astype(str), cells[grid.spec.unit].astype(str))]
+        cells = cells[keep].reset_index(drop=True)
+    return estimate(cells, grid.spec, level=level, n_draws=n_draws, seed=seed, **kw)
 
 
 def estimate_tables(est) -> dict[str, pd.DataFrame]:

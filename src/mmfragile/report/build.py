@@ -439,6 +439,20 @@ def ranking_tables(doc: Doc, sec: Section, kind: str, ds: str, per_model: dict[s
 
 # ================================================================================================ study 1
 # ================================================================================================ budgets
+def _grid_units(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """Per model (as labelled in ``rows``), the units its budgeted runs sampled from (the stores' run_info)."""
+    from mmfragile.budget import grid_units
+
+    units: dict[str, list[str]] = {}
+    for root, g in rows.groupby("_store", sort=False) if "_store" in rows else ():
+        own = grid_units([ResultStore(root).config])
+        for label in g["model"].astype(str).unique():   # a label is the model's name, or "name [spec]"
+            name = label.split(" [")[0]
+            if name in own:
+                units[label] = sorted({*units.get(label, []), *own[name]})
+    return units
+
+
 def budget_block(doc: Doc, sec: Section, rows: pd.DataFrame, study: str, kind: str, unit: str,
                   n_draws: int | None, how: list[dict]) -> None:
     """The budgeted / incomplete grids of a study: :func:`mmfragile.budget.estimate_store` with its own settings
@@ -448,8 +462,10 @@ def budget_block(doc: Doc, sec: Section, rows: pd.DataFrame, study: str, kind: s
     from mmfragile.budget.plots import plot_unit_estimates
 
     n_draws = STORE_DRAWS if n_draws is None else n_draws
+    units = _grid_units(rows)
     try:
-        est = estimate_store(rows.drop(columns=["_store"], errors="ignore"), budget_grid(study), n_draws=n_draws)
+        est = estimate_store(rows.drop(columns=["_store"], errors="ignore"), budget_grid(study), n_draws=n_draws,
+                             units=units)
     except Exception as e:  # noqa: BLE001
         sec.blocks.append(Paragraph([txt(f"Budgeted / incomplete grid: estimate failed ({type(e).__name__}: {e})")]))
         return
