@@ -93,14 +93,20 @@ def _add_run_args(p: argparse.ArgumentParser, study) -> None:
         p.add_argument("--budget-batch", type=int, default=None,
                        help="cells per adaptive batch (default: a tenth of the rest)")
     p.add_argument("--quiet", action="store_true")
-    params = p.add_argument_group(f"{study.name} parameters")
-    for prm in study.params:
+    _add_params(p.add_argument_group(f"{study.name} parameters"), study.params)
+
+
+def _add_params(group, params, given_only: bool = False) -> None:
+    """The options of study parameters; ``given_only``: absent from the namespace unless given (export, where
+    several studies' options share one parser)."""
+    for prm in params:
+        default = argparse.SUPPRESS if given_only else prm.default
         if prm.type is bool:
-            params.add_argument(prm.flag, dest=prm.name, action="store_false" if prm.default else "store_true",
-                                help=prm.help)
+            group.add_argument(prm.flag, dest=prm.name, action="store_false" if prm.default else "store_true",
+                               default=default, help=prm.help)
         else:
-            params.add_argument(prm.flag, dest=prm.name, type=prm.type or str, default=prm.default,
-                                choices=prm.choices, help=prm.help)
+            group.add_argument(prm.flag, dest=prm.name, type=prm.type or str, default=default,
+                               choices=prm.choices, help=prm.help)
 
 
 def _run(a: argparse.Namespace, study) -> int:
@@ -355,23 +361,35 @@ def _add_export_args(sub) -> None:
                                        "mmfragile's scoring in utils.py); run it with `lmms-eval --include_path "
                                        "OUT --tasks GROUP --log_samples --output_path RUN`, read it back with "
                                        "`mmfragile import lmms-eval RUN --out STORE` (docs/harnesses.md).")
-    p.add_argument("--study", default="format-bias", choices=["format-bias"], help="the study (default format-bias)")
+    from mmfragile.harness.lmms_eval import STUDIES
+    from mmfragile.study import get_study
+
+    p.add_argument("--study", default="format-bias", choices=STUDIES, help="the study (default format-bias)")
     p.add_argument("--model", required=True,
                    help="the model lmms-eval will run (checkpoint folder, zoo or embedded name): its tokenizer sizes "
-                        "each variant's answer budget and its name names the imported store")
+                        "each variant's answer budget and its end-of-turn tokens, its name names the imported store")
     p.add_argument("--dataset", default="easy-vqa", help="dataset spec (python -m mmfragile benchmarks lists them)")
     p.add_argument("--n", type=int, default=None, help="questions (default: all)")
-    p.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 of Table 1)")
-    p.add_argument("--standard-format", default=None,
-                   help="format of the 'standard' variant where Table 5 has none, 'none' to leave it out")
+    seen: set[str] = set()
+    for name in STUDIES:  # each study's own parameters (--formats, --prompt-ids ...), given ones only
+        study = get_study(name)
+        fresh = [prm for prm in study.params if prm.name not in seen]
+        seen |= {prm.name for prm in fresh}
+        _add_params(p.add_argument_group(f"{name} parameters"), fresh, given_only=True)
     p.add_argument("--out", required=True, help="folder for the task YAMLs, data files, utils.py and manifest")
 
 
 def _export(a: argparse.Namespace) -> int:
-    from mmfragile.harness.lmms_eval import export_lmms_eval
-    from mmfragile.study import csv_list
+    from mmfragile.harness.lmms_eval import STUDIES, export_lmms_eval
+    from mmfragile.study import get_study
 
-    params = {"formats": csv_list(a.formats) if a.formats else None, "standard_format": a.standard_format}
+    own = {prm.name for prm in get_study(a.study).params}
+    given = {k: v for k, v in vars(a).items() if any(k in {q.name for q in get_study(s).params} for s in STUDIES)}
+    if set(given) - own:
+        flags = ", ".join("--" + k.replace("_", "-") for k in sorted(set(given) - own))
+        print(f"error: {flags}: not a parameter of --study {a.study}", file=sys.stderr)
+        return 2
+    params = given
     try:
         man = export_lmms_eval(a.study, a.model, a.dataset, a.out, n=a.n, **params)
     except (ValueError, FileNotFoundError) as e:

@@ -9,10 +9,11 @@ unchanged. The option logits (study 1's confidence analysis) are not in any harn
 """
 from __future__ import annotations
 
+import importlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mmfragile.models.base import Prompt
 from mmfragile.runner import EvalItem
@@ -20,8 +21,10 @@ from mmfragile.store import ResultStore
 
 #: The file an export writes beside its tasks: study, model, dataset, the native store config, task -> data file.
 MANIFEST = "mmfragile_export.json"
-#: Columns of an exported data row besides the item's key (what import rebuilds the item from).
+#: Columns of an exported data row besides the item's key (what import rebuilds the item from); a study's own item
+#: class adds its fields (Promptception's ``question`` and ``options``, which its score function reads).
 ITEM_COLUMNS = ("prompt", "images", "option_ids", "answer_id", "max_new_tokens")
+_EVAL_ITEM_FIELDS = {f.name for f in fields(EvalItem)}
 
 
 class HarnessError(ValueError):
@@ -29,8 +32,11 @@ class HarnessError(ValueError):
 
 
 class TokenBudget:
-    """The one thing the grid's item builder asks of a model before it runs - the token length of the longest option
-    ID (Sec. A.4) - answered from the checkpoint's tokenizer alone, so exporting loads no weights."""
+    """What the grid's item builder asks of a model before it runs - the token length of the longest option ID
+    (Sec. A.4), its spec (Promptception's answer formats follow the backend) - answered from the checkpoint's
+    tokenizer alone, so exporting loads no weights. The harness shows the images: ``supports_images``."""
+
+    supports_images = True
 
     def __init__(self, spec):
         from transformers import AutoTokenizer
@@ -40,10 +46,25 @@ class TokenBudget:
             raise ValueError(f"--model {spec}: no local checkpoint folder whose tokenizer sizes the answer budget; "
                              "pass a checkpoint folder, zoo or embedded model name")
         self.name = spec.name
+        self.spec = spec
+        self.folder = folder
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
 
     def max_id_tokens(self, ids: Sequence[str]) -> int:
         return max(len(self.tokenizer(i, add_special_tokens=False)["input_ids"]) for i in ids)
+
+    def stop_strings(self) -> list[str]:
+        """The text of every token that ends the model's turn (``generation_config.eos_token_id``, which may list
+        more than the tokenizer's ``eos_token``: Gemma-3's ``<end_of_turn>``) - where mmfragile's generation stops."""
+        from transformers import GenerationConfig
+
+        try:
+            eos = GenerationConfig.from_pretrained(str(self.folder)).eos_token_id
+        except OSError:  # no generation_config.json: the tokenizer's eos is the only stop
+            eos = None
+        ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        found = [t for t in self.tokenizer.convert_ids_to_tokens(ids) if t]
+        return list(dict.fromkeys([*found, *([self.tokenizer.eos_token] if self.tokenizer.eos_token else [])]))
 
 
 @dataclass
@@ -58,6 +79,15 @@ class StudyGrid:
     config: dict[str, Any]
     run_info: dict[str, Any]
     provenance: dict[str, Any]
+    stop_strings: list[str]
+
+    def manifest(self, harness: str, dataset: str, n: int | None, **extra: Any) -> dict[str, Any]:
+        """The export's :data:`MANIFEST`: what import and the exported scoring hooks rebuild the study from."""
+        cls = type(self.items[0]) if self.items else EvalItem
+        return {"harness": harness, "study": self.study, "stage": self.stage.name, "model": self.model,
+                "dataset": dataset, "n": n, "params": json.loads(json.dumps(self.params, default=str)),
+                "config": self.config, "run_info": self.run_info, "provenance": self.provenance,
+                "item_class": f"{cls.__module__}:{cls.__qualname__}", "stop_strings": self.stop_strings, **extra}
 
 
 def study_grid(study: str, model: str, dataset: str, n: int | None, params: Mapping[str, Any]) -> StudyGrid:
@@ -72,28 +102,59 @@ def study_grid(study: str, model: str, dataset: str, n: int | None, params: Mapp
     ctx.data = st.load(ctx)
     stage = st.stages[0]
     resolved = {**ctx.params, "budgeted": False}
-    items = stage.items(TokenBudget(spec), stage.units(ctx), resolved, None)
+    budget = TokenBudget(spec)
+    items = stage.items(budget, stage.units(ctx), resolved, None)
     for it in items:
         if it.request != "generate" or it.prompt.system or it.prompt.assistant_prefix:
             raise ValueError(f"{study}: item {it.key['variant']} needs a system prompt, assistant prefix or a "
                              "non-generate request, which a harness' task cannot express")
     return StudyGrid(st.name, stage, resolved, spec.name, items, stage.config(ctx), dict(ctx.run_info),
-                     run_provenance(str(spec), spec.checkpoint_dir(), dataset))
+                     run_provenance(str(spec), spec.checkpoint_dir(), dataset), budget.stop_strings())
+
+
+def _extra_fields(cls: type) -> list[str]:
+    return [f.name for f in fields(cls) if f.name not in _EVAL_ITEM_FIELDS]
 
 
 def item_row(item: EvalItem) -> dict[str, Any]:
     """One exported data row: the item's key columns plus the user text before the chat template, the image paths,
-    option IDs, answer ID and answer budget."""
+    option IDs, answer ID, answer budget and the fields of the study's own item class."""
     return {**item.key, "prompt": item.prompt.text, "images": [str(Path(p).resolve()) for p in item.prompt.images],
-            "option_ids": list(item.option_ids), "answer_id": item.answer_id, "max_new_tokens": item.max_new_tokens}
+            "option_ids": list(item.option_ids), "answer_id": item.answer_id, "max_new_tokens": item.max_new_tokens,
+            **{f: getattr(item, f) for f in _extra_fields(type(item))}}
 
 
-def row_item(row: Mapping[str, Any]) -> EvalItem:
-    """The :class:`EvalItem` back from an exported row (what the study's score function takes)."""
-    key = {k: v for k, v in row.items() if k not in ITEM_COLUMNS}
-    return EvalItem(key=key, prompt=Prompt(text=row["prompt"], images=list(row["images"])),
-                    option_ids=list(row["option_ids"]), answer_id=row["answer_id"],
-                    max_new_tokens=int(row["max_new_tokens"]))
+def item_class(manifest: Mapping[str, Any]) -> type:
+    """The study's item class an export recorded (``module:QualName``; exports before it: :class:`EvalItem`)."""
+    module, _, name = manifest.get("item_class", "mmfragile.runner:EvalItem").partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def row_item(row: Mapping[str, Any], cls: type = EvalItem) -> EvalItem:
+    """The item (of the study's class ``cls``) back from an exported row: what the study's score function takes."""
+    extra = _extra_fields(cls)
+    key = {k: v for k, v in row.items() if k not in ITEM_COLUMNS and k not in extra}
+    return cls(key=key, prompt=Prompt(text=row["prompt"], images=list(row["images"])),
+               option_ids=list(row["option_ids"]), answer_id=row["answer_id"],
+               max_new_tokens=int(row["max_new_tokens"]), **{f: row[f] for f in extra})
+
+
+def until_stop(raw: str, stops: Sequence[str]) -> str:
+    """``raw`` up to the first of the model's end-of-turn strings: a harness that stops only at the tokenizer's
+    ``eos`` (lmms-eval's ``llava_hf``) runs on past Gemma-3's ``<end_of_turn>``; greedy decoding makes the text
+    before it the text mmfragile's generation, which stops there, returns."""
+    cut = min((i for i in (raw.find(s) for s in stops if s) if i >= 0), default=len(raw))
+    return raw[:cut]
+
+
+def scorer(manifest: Mapping[str, Any]) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
+    """``score(row, raw) -> columns``: the study's own score function on an exported row and a harness' raw output
+    (what import stores and the exported ``process_results`` reports)."""
+    from mmfragile.study import get_study
+
+    score = get_study(manifest["study"]).stage(manifest["stage"]).score(None, manifest["params"])
+    cls = item_class(manifest)
+    return lambda row, raw: score(raw, row_item(row, cls))
 
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -130,7 +191,7 @@ def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[t
 
     study = get_study(manifest["study"])
     stage = study.stage(manifest["stage"])
-    score = stage.score(None, manifest["params"])
+    score = scorer(manifest)
     config = {**manifest["config"], **tag(study, stage), "model": model}   # tagged as run_study tags its stores
     store = ResultStore(out, config=config, run_info=manifest["run_info"] or None)
     if len(store):
@@ -138,9 +199,10 @@ def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[t
     # the checkpoint and dataset hashes of the export's model, then what the harness ran
     store.merge_run_info("provenance", {model: {**manifest.get("provenance", {}), **provenance}})
     rows = []
+    cls = item_class(manifest)
     for row, raw in scored:
-        it = row_item(row)
+        it = row_item(row, cls)
         rows.append({"model": model, **it.key, "raw_output": raw, "option_ids": list(it.option_ids),
-                     "answer_id": it.answer_id, **score(raw, it)})
+                     "answer_id": it.answer_id, **score(row, raw)})
     store.append(rows)
     return ResultStore(store.root)

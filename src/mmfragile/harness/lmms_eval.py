@@ -33,19 +33,26 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from mmfragile.harness.common import (MANIFEST, HarnessError, item_row, iter_jsonl, read_jsonl, read_manifest,
-                                      study_grid, write_jsonl, write_store)
+                                      study_grid, until_stop, write_jsonl, write_store)
 from mmfragile.store import ResultStore
 
 HARNESS = "lmms-eval"
-#: Studies whose grid lmms-eval can run: their score function is a pure function of the raw output.
-STUDIES = ("format-bias",)
+#: Studies whose grid lmms-eval can run: their (first-stage) score function is a pure function of the raw output.
+STUDIES = ("format-bias", "promptception")
 
 UTILS = '''"""lmms-eval hooks of a task group written by `mmfragile export lmms-eval` (re-export rather than edit).
-Scoring is mmfragile's own (exact match of the raw output, Sec. A.3): install mmfragile in lmms-eval's venv
-(scripts/install_lmms_eval.sh does)."""
+Scoring is mmfragile's own: the study's score function, rebuilt from mmfragile_export.json beside this file
+(exact match for format-bias, Sec. A.3; the first, model-free stage of the answer extraction for promptception,
+App. E) - install mmfragile in lmms-eval's venv (scripts/install_lmms_eval.sh does)."""
+import json
+from pathlib import Path
+
 from PIL import Image
 
-from mmfragile.extraction import score_exact_match
+from mmfragile.harness.common import scorer, until_stop
+
+MANIFEST = json.loads(Path(__file__).with_name("mmfragile_export.json").read_text())
+SCORE = scorer(MANIFEST)
 
 
 def doc_to_visual(doc):
@@ -61,8 +68,8 @@ def doc_to_target(doc):
 
 
 def process_results(doc, results):
-    covered, correct, _ = score_exact_match(results[0], doc["option_ids"], doc["answer_id"])
-    return {"exact_match": float(correct), "coverage": float(covered)}
+    scored = SCORE(doc, until_stop(results[0], MANIFEST["stop_strings"]))
+    return {"exact_match": float(scored["correct"]), "coverage": float(scored["covered"])}
 '''
 
 TASK_YAML = """# written by `mmfragile export lmms-eval`: {what}
@@ -77,10 +84,12 @@ doc_to_visual: !function utils.doc_to_visual
 doc_to_text: !function utils.doc_to_text
 doc_to_target: !function utils.doc_to_target
 process_results: !function utils.process_results
-# greedy, the variant's answer budget (the longest option ID in tokens, Sec. A.4); llava_hf stops only at
-# tokenizer.eos_token_id, so a budget over 1 lets Gemma-3 run past <end_of_turn> (docs/harnesses.md)
+# greedy, mmfragile's answer budget; `until`: the checkpoint's end-of-turn tokens. llava_hf ignores `until` and
+# stops only at tokenizer.eos_token_id (Gemma-3 runs on past <end_of_turn>): process_results and
+# `mmfragile import lmms-eval` cut each response at the first of them, where mmfragile's generation stops.
 generation_kwargs:
   max_new_tokens: {max_new_tokens}
+  until: {until}
   temperature: 0
   do_sample: false
   num_beams: 1
@@ -126,19 +135,14 @@ def export_lmms_eval(study: str, model: str, dataset: str, out: str | Path, n: i
         write_jsonl(data, rows)
         (out / f"{task}.yaml").write_text(TASK_YAML.format(
             what=f"study {study}, variant {rows[0]['variant'].split('|')[0]}, {len(rows)} requests",
-            task=task, data=json.dumps(str(data)), max_new_tokens=rows[0]["max_new_tokens"]))
+            task=task, data=json.dumps(str(data)), max_new_tokens=rows[0]["max_new_tokens"],
+            until=json.dumps(grid.stop_strings)))
         tasks[task] = {"data": f"data/{task}.jsonl", "rows": len(rows), "max_new_tokens": rows[0]["max_new_tokens"]}
     (out / f"{group}.yaml").write_text(f"group: {group}\ntask:\n" + "".join(f"- {t}\n" for t in tasks))
     (out / "utils.py").write_text(UTILS)
-    manifest = {"harness": HARNESS, "study": grid.study, "stage": grid.stage.name, "model": grid.model,
-                "dataset": dataset, "n": n, "params": _jsonable(grid.params), "config": grid.config,
-                "run_info": grid.run_info, "provenance": grid.provenance, "group": group, "tasks": tasks}
+    manifest = grid.manifest(HARNESS, dataset, n, group=group, tasks=tasks)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
-
-
-def _jsonable(params: dict) -> dict:
-    return json.loads(json.dumps(params, default=str))
 
 
 # ============================================================================================== import
@@ -242,7 +246,11 @@ def import_lmms_eval(run_dirs: Sequence[str | Path], out: str | Path, export: st
         scored += _joined(f, read_jsonl(folder / man["tasks"][task]["data"]))
     man = _one_manifest(manifests)
     name = model or man["model"]
-    store = write_store(out, man, scored, name, _provenance(results, files))
+    stops = man.get("stop_strings", [])
+    cut = [(row, until_stop(raw, stops)) for row, raw in scored]
+    provenance = {**_provenance(results, files), "cut_at_end_of_turn": {
+        "strings": stops, "responses": sum(len(a) != len(b) for (_, a), (_, b) in zip(scored, cut))}}
+    store = write_store(out, man, cut, name, provenance)
     all_rows = [r for t in man["tasks"].values() for r in read_jsonl(next(iter(manifests)) / t["data"])]
     store.declare([{"model": name, **{k: r[k] for k in ("dataset", "question_id", "variant")}} for r in all_rows],
                   label="lmms-eval-export")

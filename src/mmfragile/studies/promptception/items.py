@@ -69,7 +69,7 @@ def resolve_model_kind(model: "MLLM | ModelSpec | str", model_kind: str = "auto"
     "proprietary" for API models (an ``openai:`` spec, the one a loaded model carries or declares: ``spec_of``)
     and "open" for everything else."""
     if model_kind == "auto":  # API models get the proprietary variant (Appendix A), local ones the open one
-        api = (spec_of(model) if isinstance(model, MLLM) else ModelSpec.parse(model)).backend == "openai"
+        api = (ModelSpec.parse(model) if isinstance(model, (str, ModelSpec)) else spec_of(model)).backend == "openai"
         return "proprietary" if api else "open"
     return model_kind
 
