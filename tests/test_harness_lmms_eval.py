@@ -225,3 +225,50 @@ def test_round_trip_with_real_lmms_eval(tmp_path):
     assert ResultStore(tmp_path / "store").config == {**ResultStore(tmp_path / "native").config,
                                                       "run_info": ResultStore(tmp_path / "store").config["run_info"]}
     assert main(["report", str(tmp_path / "store"), "--out", str(tmp_path / "report"), "--n-boot", "20"]) == 0
+
+
+# ============================================================================================== promptception
+PC = dict(n=3, prompt_ids=["1.1", "6.1", "12.1"], max_new_tokens=6, extractor="tiny-vlm")
+
+
+def _as_lmms_eval_logs(export: Path, native: pd.DataFrame, run: Path, suffix: str = "") -> None:
+    """Sample logs in lmms-eval's layout (``<date>_samples_<task>.jsonl``: doc_id, input, filtered_resps) whose
+    responses are ``native``'s raw outputs plus ``suffix`` (what llava_hf appends past the end of the turn)."""
+    man = json.loads((export / MANIFEST).read_text())
+    raw = {(r["question_id"], r["variant"]): r["raw_output"] for r in native.to_dict("records")}
+    run.mkdir(parents=True)
+    for task, t in man["tasks"].items():
+        rows = [json.loads(x) for x in (export / t["data"]).read_text().splitlines()]
+        (run / f"20261205_000000_samples_{task}.jsonl").write_text("".join(
+            json.dumps({"doc_id": i, "input": r["prompt"], "target": r["answer_id"],
+                        "filtered_resps": [raw[r["question_id"], r["variant"]] + suffix]}) + "\n"
+            for i, r in enumerate(rows)))
+
+
+def test_promptception_round_trip_equals_the_native_run_and_its_extraction_stage_runs_on_it(tmp_path, tiny_vlm):
+    """Export promptception (with an extractor), lmms-eval-layout logs of the native run's responses with
+    '<|im_end|>' and junk after them (llava_hf runs past the end of the turn), import: the store equals the native
+    prompts store column for column (first-stage scoring, pending answers kept pending); then the extraction stage
+    runs on the imported store and gives the native extraction rows."""
+    from mmfragile.harness.lmms_eval import export_lmms_eval
+    from mmfragile.study import run_study
+
+    native = run_study("promptception", tiny_vlm, "synthetic-vqa", out=tmp_path / "native", progress=False, **PC)
+    rows = native.stores["prompts"].read()
+    man = export_lmms_eval("promptception", "tiny-vlm", "synthetic-vqa", tmp_path / "export", **PC)
+    assert man["stop_strings"] == ["<|im_end|>"] and len(man["tasks"]) == 3
+    _as_lmms_eval_logs(tmp_path / "export", rows, tmp_path / "run", suffix="<|im_end|>assistant B")
+    store = import_lmms_eval([tmp_path / "run"], tmp_path / "imported", export=tmp_path / "export")
+    got, want = _sorted(store.read()), _sorted(rows.drop(columns=["option_logits"], errors="ignore"))
+    assert len(got) == len(want) == 9 and sorted(got.columns) == sorted(want.columns)
+    for col in want.columns:
+        assert _cells(got[col]) == _cells(want[col]), col
+    assert store.config["run_info"]["provenance"]["tiny-vlm"]["cut_at_end_of_turn"]["responses"] == 9
+    assert {k: v for k, v in store.config.items() if k != "run_info"} == \
+        {k: v for k, v in native.stores["prompts"].config.items() if k != "run_info"}
+    pending = int((got["extraction_stage"] == "pending").sum())
+    again = run_study("promptception", tiny_vlm, "synthetic-vqa", out=tmp_path / "imported", progress=False, **PC)
+    assert len(again.stores["prompts"]) == 9                  # nothing re-asked: the imported answers stand
+    ext, native_ext = (_sorted(r.stores["extraction"].read()) for r in (again, native))
+    assert len(ext) == len(native_ext) == pending > 0
+    assert ext["raw_output"].tolist() == native_ext["raw_output"].tolist()
