@@ -397,7 +397,7 @@ def _export(a: argparse.Namespace) -> int:
         return 2
     rows = sum(t["rows"] for t in man["tasks"].values())
     print(f"{a.out}: group {man['group']}, {len(man['tasks'])} tasks, {rows} requests\n"
-          f"run: lmms-eval --model llava_hf --model_args pretrained=CHECKPOINT,device_map=cpu --include_path "
+          f"run: lmms-eval --model llava_hf --model_args pretrained={man['checkpoint']},device_map=cpu --include_path "
           f"{a.out} --tasks {man['group']} --log_samples --output_path RUN_DIR")
     return 0
 

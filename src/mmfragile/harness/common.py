@@ -80,6 +80,8 @@ class StudyGrid:
     run_info: dict[str, Any]
     provenance: dict[str, Any]
     stop_strings: list[str]
+    checkpoint: Path
+    eos_token: str | None
 
     def manifest(self, harness: str, dataset: str, n: int | None, **extra: Any) -> dict[str, Any]:
         """The export's :data:`MANIFEST`: what import and the exported scoring hooks rebuild the study from."""
@@ -109,11 +111,31 @@ def study_grid(study: str, model: str, dataset: str, n: int | None, params: Mapp
             raise ValueError(f"{study}: item {it.key['variant']} needs a system prompt, assistant prefix or a "
                              "non-generate request, which a harness' task cannot express")
     return StudyGrid(st.name, stage, resolved, spec.name, items, stage.config(ctx), dict(ctx.run_info),
-                     run_provenance(str(spec), spec.checkpoint_dir(), dataset), budget.stop_strings())
+                     run_provenance(str(spec), spec.checkpoint_dir(), dataset), budget.stop_strings(),
+                     Path(budget.folder), budget.tokenizer.eos_token)
 
 
 def _extra_fields(cls: type) -> list[str]:
     return [f.name for f in fields(cls) if f.name not in _EVAL_ITEM_FIELDS]
+
+
+def eos_view(grid: StudyGrid, out: Path) -> Path | None:
+    """A view of the checkpoint whose tokenizer's ``eos_token`` is the end of the model's turn, for harness model
+    classes that stop only at ``tokenizer.eos_token_id`` and decode with the special tokens skipped (lmms-eval's
+    ``llava_hf`` and ``huggingface``): past Gemma-3's ``<end_of_turn>`` they generate on, and the text after it
+    cannot be told apart. Every file is a link to the checkpoint's except ``tokenizer_config.json``; None when the
+    tokenizer's eos already ends the turn or no answer has more than one token (nothing to stop)."""
+    turn = [t for t in grid.stop_strings if t != grid.eos_token]
+    if not turn or all(it.max_new_tokens <= 1 for it in grid.items):
+        return None
+    view = out / "checkpoint"
+    view.mkdir(exist_ok=True)
+    for f in grid.checkpoint.iterdir():
+        if f.name != "tokenizer_config.json" and not (view / f.name).exists():
+            (view / f.name).symlink_to(f.resolve())
+    cfg = json.loads((grid.checkpoint / "tokenizer_config.json").read_text())
+    (view / "tokenizer_config.json").write_text(json.dumps({**cfg, "eos_token": turn[0]}, indent=2))
+    return view
 
 
 def item_row(item: EvalItem) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from mmfragile.harness.common import (MANIFEST, HarnessError, item_row, iter_jsonl, read_jsonl, read_manifest,
+from mmfragile.harness.common import (MANIFEST, HarnessError, eos_view, item_row, iter_jsonl, read_jsonl, read_manifest,
                                       study_grid, until_stop, write_jsonl, write_store)
 from mmfragile.store import ResultStore
 
@@ -140,7 +140,9 @@ def export_lmms_eval(study: str, model: str, dataset: str, out: str | Path, n: i
         tasks[task] = {"data": f"data/{task}.jsonl", "rows": len(rows), "max_new_tokens": rows[0]["max_new_tokens"]}
     (out / f"{group}.yaml").write_text(f"group: {group}\ntask:\n" + "".join(f"- {t}\n" for t in tasks))
     (out / "utils.py").write_text(UTILS)
-    manifest = grid.manifest(HARNESS, dataset, n, group=group, tasks=tasks)
+    view = eos_view(grid, out)
+    manifest = grid.manifest(HARNESS, dataset, n, group=group, tasks=tasks,
+                             checkpoint=str(view or grid.checkpoint))
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
 
