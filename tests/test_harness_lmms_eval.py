@@ -272,3 +272,29 @@ def test_promptception_round_trip_equals_the_native_run_and_its_extraction_stage
     ext, native_ext = (_sorted(r.stores["extraction"].read()) for r in (again, native))
     assert len(ext) == len(native_ext) == pending > 0
     assert ext["raw_output"].tolist() == native_ext["raw_output"].tolist()
+
+
+def test_free_text_answers_get_a_checkpoint_that_stops_at_the_end_of_the_turn(tmp_path):
+    """Gemma-3 ends its turn with <end_of_turn> (generation_config), its tokenizer's eos is <eos>: for study 2's
+    free-text answers the export writes a checkpoint view whose tokenizer eos is <end_of_turn> (all else linked),
+    names it in the manifest, and lists both stop strings as `until`; study 1 with one-token answers needs none."""
+    from transformers import AutoTokenizer
+
+    from mmfragile.harness.lmms_eval import export_lmms_eval
+    from mmfragile.models.zoo import zoo_model_path
+
+    ckpt = Path(zoo_model_path("zoo-gemma3-good"))
+    man = export_lmms_eval("promptception", "zoo-gemma3-good", "easy-vqa", tmp_path / "pc", n=1, prompt_ids=["1.1"],
+                           max_new_tokens=8)
+    view = tmp_path / "pc" / "checkpoint"
+    assert man["checkpoint"] == str(view) and man["stop_strings"] == ["<end_of_turn>", "<eos>"]
+    tok, orig = AutoTokenizer.from_pretrained(str(view)), AutoTokenizer.from_pretrained(str(ckpt))
+    assert (tok.eos_token, tok.eos_token_id) == ("<end_of_turn>", 106) and orig.eos_token == "<eos>"
+    assert tok("A red circle?")["input_ids"] == orig("A red circle?")["input_ids"]
+    assert sorted(p.name for p in view.iterdir()) == sorted(p.name for p in ckpt.iterdir())
+    assert (view / "model.safetensors").resolve() == (ckpt / "model.safetensors").resolve()
+    task_yaml = next((tmp_path / "pc").glob("*_1_1_t8.yaml")).read_text()
+    assert '  until: ["<end_of_turn>", "<eos>"]\n' in task_yaml
+    fb = export_lmms_eval("format-bias", "zoo-gemma3-good", "easy-vqa", tmp_path / "fb", n=1,
+                          formats=["uppercase-dot-comma"], standard_format="none")
+    assert fb["checkpoint"] == str(ckpt) and not (tmp_path / "fb" / "checkpoint").exists()
