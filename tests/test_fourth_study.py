@@ -4,10 +4,13 @@ options, --shard and merge, --budget with the estimate, resume, its store tag, a
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import mmfragile
 import option_order_study as oo
 from mmfragile.cli import main
 from mmfragile.store import ResultStore
@@ -16,6 +19,7 @@ N = 3
 ARGS = ["run", oo.NAME, "--model", "tiny-vlm", "--dataset", "easy-vqa", "--n", str(N), "--quiet",
         "--batch-size", "16"]
 KEY = ["question_id", "variant"]
+FORMAT_2 = "numbers-bracket-semicolon"
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +61,37 @@ def test_shards_then_merge_give_the_whole_run(full, tmp_path):
         assert main([*ARGS, "--out", str(tmp_path / "sharded"), "--shard", f"{i}/2"]) == 0
     assert main(["merge", str(tmp_path / "sharded")]) == 0
     pd.testing.assert_frame_equal(_sorted(ResultStore(tmp_path / "sharded").read()), _sorted(ResultStore(out).read()))
+
+
+def test_a_process_that_never_imported_the_study_runs_its_task_from_the_task_alone(tmp_path):
+    """What a Ray worker does: unpickle a StageTask in a fresh process (without this test tree on its path) and
+    find the study from the module and file recorded at register()."""
+    import pickle
+    import subprocess
+    import sys
+
+    from mmfragile.study import StageTask
+
+    task = StageTask(oo.NAME, "shifts", (("format", FORMAT_2),))
+    assert task.origin == ("option_order_study", oo.__file__)
+    code = ("import pickle, sys; t = pickle.loads(sys.stdin.buffer.read()); "
+            "print(t._stage().name, t.resolved()['format'], sys.modules['option_order_study'].NAME)")
+    src = str(Path(mmfragile.__file__).parents[1])
+    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(task), capture_output=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": src}, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout.decode().split() == ["shifts", FORMAT_2, oo.NAME]
+
+
+def test_two_ray_workers_fill_the_store_of_the_one_process_run(full, tmp_path):
+    """The workers know the study only from the task: they import its module (this test tree's), as the driver did."""
+    pytest.importorskip("ray")
+    out, _ = full
+    assert main([*ARGS, "--out", str(tmp_path / "ray"), "--workers", "2", "--tasks", "2"]) == 0
+    one, two = (ResultStore(p).read().sort_values(KEY).reset_index(drop=True) for p in (out, tmp_path / "ray"))
+    cols = [*KEY, "shift", "format", "raw_output", "correct", "selected_position", "answer_id"]
+    pd.testing.assert_frame_equal(two[cols], one[cols])
+    assert len(two) == len(one) and not two.duplicated(KEY).any()
 
 
 def test_a_budget_runs_a_share_of_the_declared_grid_and_prints_its_estimate(full, tmp_path, capsys):

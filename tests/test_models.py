@@ -122,3 +122,29 @@ def test_backends_are_one_registry():
         name, api, base_url = "gpt-y", True, "http://h:2/v1"
 
     assert str(spec_of(Api())) == "openai:http://h:2/v1::gpt-y"
+
+
+def test_a_new_backend_is_one_registry_entry(monkeypatch):
+    """What CONTRIBUTING says a backend needs besides its MLLM class: its Backend record in BACKENDS - parsing,
+    the name, the --model-args check, loading and Promptception's prompt variant follow from it."""
+    from mmfragile.errors import UsageError
+    from mmfragile.models.spec import BACKENDS, Backend, ModelSpec
+    from mmfragile.studies.promptception.items import resolve_model_kind
+
+    class Served:
+        def __init__(self, url, model, **kw):
+            self.url, self.kw = url, kw
+
+    def load(spec, kw):
+        url, _, model = spec.source.partition("::")
+        return Served(url, model, **kw)
+
+    monkeypatch.setitem(BACKENDS, "tgi", Backend("tgi", "tgi:<base_url>::<model>", load,
+                                                 lambda: {"accepted": ["timeout"]}, kind="api"))
+    s = ModelSpec.parse("tgi:http://h:3::m-1", timeout=5)
+    assert (s.backend, s.kind, s.name) == ("tgi", "api", "m-1")
+    m = s.load()
+    assert (m.url, m.kw, m.name, m.spec) == ("http://h:3", {"timeout": 5}, "m-1", s)
+    assert resolve_model_kind("tgi:http://h:3::m-1") == "proprietary" and resolve_model_kind("tiny-vlm") == "open"
+    with pytest.raises(UsageError, match="unknown key 'retries'.*accepted: timeout"):
+        ModelSpec.parse("tgi:http://h:3::m-1", retries=2).load()

@@ -17,8 +17,9 @@ on which other groups share a process; the naive ``generate`` path batches acros
 padding changes a greedy tie).
 
 ``ray.init()`` starts a local cluster unless ``address`` names one (``"auto"``, ``"ray://head:10001"`` ...).
-On a cluster, every node needs this package, the model and the data at the same paths; only the driver's node
-needs the result store. Usage statistics are off unless ``RAY_USAGE_STATS_ENABLED`` says otherwise.
+On a cluster, every node needs this package, the model and the data at the same paths (a study registered outside
+the package: its module, which a worker imports from the task's ``origin``); only the driver's node needs the result
+store. Usage statistics are off unless ``RAY_USAGE_STATS_ENABLED`` says otherwise.
 """
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ judgments, the pairwise ones, the generators' responses and the judge's scores o
 :func:`run_study` runs any of them the same way - in one process, as one ``--shard i/n`` of it, on Ray workers
 (:func:`mmfragile.distributed.run_on_ray`) or as a budgeted share of a grid (:mod:`mmfragile.budget`) - through
 :func:`mmfragile.runner.run_items`, the one loop that resumes, batches, flushes and reports progress. A stage's
-work crosses processes as a :class:`StageTask`: the study and stage *names*, the parameters and the units.
+work crosses processes as a :class:`StageTask`: the study and stage *names*, the parameters and the units, and
+where the study was registered (its module and file: a Ray worker imports it to know a study defined outside
+this package).
 
 Registry: :func:`get_study` finds the built-in studies by name (``format-bias``, ``promptception``,
 ``judge``) and any registered with :func:`register`; ``mmfragile run <study>`` takes its options from the
@@ -19,6 +21,8 @@ study's :class:`Param` list. CONTRIBUTING.md says how to add one.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +48,8 @@ ALIASES = {"formats": "format-bias", "judgebias": "judge", "mm-judgebias": "judg
 #: the CLI's top-level shortcuts for ``run <study>`` (``mmfragile formats`` = ``mmfragile run format-bias``)
 SHORTCUTS = ("formats", "promptception", "judge")
 _REGISTRY: dict[str, "Study"] = {}
+#: where each study was registered: name -> (module, file) - what another process imports to register it too
+_ORIGINS: dict[str, tuple[str, str | None]] = {}
 
 
 @dataclass(frozen=True)
@@ -217,9 +223,44 @@ class Study:
 
 
 def register(study: Study) -> Study:
-    """Add a study to the registry (replacing one of the same name); returns it."""
+    """Add a study to the registry (replacing one of the same name); returns it. The calling module (its name
+    and file) is recorded as the study's origin: a process that lacks the study (a Ray worker) imports it."""
+    caller = sys._getframe(1).f_globals
     _REGISTRY[study.name] = study
+    _ORIGINS[study.name] = (caller.get("__name__", ""), caller.get("__file__"))
     return study
+
+
+def study_origin(name: str) -> tuple[str, str | None] | None:
+    """The module and file that registered study ``name`` in this process (None: not registered here)."""
+    return _ORIGINS.get(ALIASES.get(name, name))
+
+
+def import_origin(name: str, origin: tuple[str, str | None]) -> None:
+    """Register study ``name`` in this process from its ``origin`` (:func:`study_origin` of the process that
+    has it): import the module by name, else - not importable here (a test tree or a script not on this
+    process's path) - execute its file. A script (``__main__``) is executed under another name, so its
+    ``if __name__ == "__main__"`` part does not run."""
+    module, file = origin
+    if module and module != "__main__":
+        try:
+            importlib.import_module(module)
+            return
+        except ModuleNotFoundError as e:
+            if not e.name or not (module == e.name or module.startswith(e.name + ".")):
+                raise   # the module was found: one of its own imports is missing
+    if not file or not Path(file).is_file():
+        raise KeyError(f"study {name!r} was registered by {module} ({file}), which this process can neither import "
+                       "nor read: install that module (or put its file at the same path) where the work runs")
+    as_name = module if module and module != "__main__" else f"_mmfragile_study_{safe_name(name)}"
+    found = importlib.util.spec_from_file_location(as_name, file)
+    mod = importlib.util.module_from_spec(found)
+    sys.modules[as_name] = mod
+    try:
+        found.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(as_name, None)
+        raise
 
 
 def get_study(name: "str | Study") -> Study:
@@ -279,13 +320,25 @@ class StageTask:
     budget_batch: int | None = None
     progress: bool = False
     stop_after: int | None = None   # end after that many new rows (a killed run, in tests)
+    origin: tuple[str, str | None] | None = None   # where the study was registered (default: this process's)
+
+    def __post_init__(self):
+        if self.origin is None:
+            object.__setattr__(self, "origin", study_origin(self.study))
+
+    def _study(self) -> Study:
+        """The study, imported from its origin where this process has not registered it (a Ray worker)."""
+        key = ALIASES.get(self.study, self.study)
+        if key not in _REGISTRY and key not in BUILTIN and self.origin is not None:
+            import_origin(self.study, self.origin)
+        return get_study(self.study)
 
     def _stage(self) -> Stage:
-        return get_study(self.study).stage(self.stage)
+        return self._study().stage(self.stage)
 
     def resolved(self) -> dict[str, Any]:
         """The study's parameters: the task's over the defaults, and ``budgeted``."""
-        return {**get_study(self.study).resolve(dict(self.params)), "budgeted": self.budget is not None}
+        return {**self._study().resolve(dict(self.params)), "budgeted": self.budget is not None}
 
     def group_of(self, unit: Any) -> str:
         return self._stage().group_of(unit)

@@ -107,6 +107,16 @@ def outcome_matrix(df: pd.DataFrame, variant: str, questions: Sequence[str], var
     return hits, n
 
 
+def of_group(df: pd.DataFrame, model: str, dataset: str, column: str = "dataset") -> pd.DataFrame:
+    """The rows of one model and dataset (``column``: where the dataset is named), compared as strings."""
+    return df[(df["model"].astype(str) == model) & (df[column].astype(str) == dataset)]
+
+
+def of_groups(df: pd.DataFrame, keys: set[tuple[str, str]]) -> pd.DataFrame:
+    """The rows whose ``(model, dataset)``, as strings, is one of ``keys``."""
+    return df[[(str(a), str(b)) in keys for a, b in zip(df["model"], df["dataset"])]]
+
+
 # ================================================================================================ document model
 @dataclass
 class Cell:

@@ -1,5 +1,7 @@
-"""Study 1 (prompt-format bias in MC-VQA) end to end: run the grid and CP-LN into result stores, read them
-back in the shape :mod:`mmfragile.studies.format_bias.metrics` expects, and compare the mitigation methods as in Tab. 7.
+"""Study 1 (prompt-format bias in MC-VQA), the read side: read the grid and CP-LN result stores back in the shape
+:mod:`mmfragile.studies.format_bias.metrics` expects, and compare the mitigation methods as in Tab. 7. The run side
+(:mod:`~mmfragile.studies.format_bias.study`, :mod:`~mmfragile.studies.format_bias.items`) writes them: its
+``store_dir`` and ``run_config`` say where and under which config.
 
 Paper: "Unexplored Flaws in Multiple-Choice VQA Evaluations" (seed ``format-bias-mcvqa``), Sec. 4-5, A.2-A.4,
 B.3, C. The notebooks ``30_format_bias_run`` (runs) and ``31``-``34`` (one per results section) are thin
@@ -49,66 +51,33 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from mmfragile.data.loaders import run_info
 from mmfragile.models.spec import figure_note_for
 from mmfragile.paths import safe_name
 from mmfragile.schema import DataError
 from mmfragile.store import find_stores
 from mmfragile.studies.format_bias import metrics as fb
 from mmfragile.studies.format_bias import mitigation as mit
+from mmfragile.studies.format_bias.items import GRID_STUDY
 from mmfragile.studies.format_bias.prompts import PromptFormat, standard_format as prompt_standard_format
 
 __all__ = [
-    "GRID_STUDY", "METHOD_ORDER", "safe_name", "store_dir", "run_config", "video_settings", "run_info", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
+    "METHOD_ORDER", "safe_name", "load_runs", "load_cp_ln", "results_to_metrics_frame", "grid_rows",
     "standard_rows", "reference_formats", "StudyData", "load_study", "default_figures_dir", "figure_note_for", "per_format_table",
     "answer_confidence_bins", "fit_lmm_with_fallback", "most_common_option_count", "subset_option_count",
     "mitigation_inputs", "pseudo_gt_scores", "vanilla_scores", "pia_scores", "pride_scores", "cp_ln_scores",
     "cp_ln_predictions", "mitigation_scores", "MitigationComparison", "compare_mitigation", "table7_layout",
 ]
 
-GRID_STUDY = "format-bias"
 #: Column order of Tab. 7.
 METHOD_ORDER = ["pseudo_gt", "vanilla", "pia", "pride", "cp_ln"]
 
 _RUN_COLUMNS = ["model", "dataset", "question_id", "variant", "format", "option_id_set", "delimiter", "separator",
                 "shift", "option_ids", "answer_id", "covered", "correct", "selected_position"]
-
-
-# ================================================================================================ stores
-def store_dir(results_dir: str | Path, model: str, dataset: str, kind: str = "grid") -> Path:
-    """``<results_dir>/<model>/<dataset>`` for the grid, ``.../cp_ln`` for CP-LN (names made path-safe)."""
-    root = Path(results_dir) / safe_name(model) / safe_name(dataset)
-    if kind == "grid":
-        return root
-    if kind == "cp_ln":
-        return root / "cp_ln"
-    raise ValueError(f"kind must be 'grid' or 'cp_ln', not {kind!r}")
-
-
-def run_config(model: str, dataset: str, n: int | None, formats: Sequence[str] | None = None,
-               stage: str = "grid", video: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The store config (the keys ``mmfragile formats`` uses, so CLI and notebook runs share stores).
-    ``video`` (``n_frames``, ``fps``, ``video_bounds``) is added only for datasets with video questions, so
-    image-only stores keep their config."""
-    cfg: dict[str, Any] = {"study": GRID_STUDY, "stage": stage, "model": model, "dataset": dataset, "n": n}
-    if stage == "grid":
-        cfg["formats"] = None if formats is None else ",".join(formats)
-    if video:
-        cfg["video"] = dict(video)
-    return cfg
-
-
-def video_settings(questions: pd.DataFrame, n_frames: int | None = None, fps: float | None = None,
-                   video_bounds: bool = True) -> dict[str, Any] | None:
-    """The frame sampling of a run (for :func:`run_config`), or None when ``questions`` has no video."""
-    if "modality" not in questions or not (questions["modality"] == "video").any():
-        return None
-    return {"n_frames": n_frames, "fps": fps, "video_bounds": bool(video_bounds)}
 
 
 # ================================================================================================ reading

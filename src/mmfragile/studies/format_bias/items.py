@@ -1,18 +1,28 @@
-"""Study 1's evaluation items: every question x prompt format x circular shift (Sec. 4.1), plus the dataset's
-standard format (Table 5) as variant ``standard``."""
+"""Study 1's run side: the evaluation items - every question x prompt format x circular shift (Sec. 4.1), plus the
+dataset's standard format (Table 5) as variant ``standard`` - and where and under which config their rows are
+stored (:func:`store_dir`, :func:`run_config`, :func:`video_settings`); :mod:`~mmfragile.studies.format_bias.analysis`
+reads the stores back."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from mmfragile.data.loaders import run_info
 from mmfragile.data.video import question_media
 from mmfragile.runner import EvalItem
 from mmfragile.models.base import MLLM
+from mmfragile.paths import safe_name
 from mmfragile.schema import DataError, MCQuestion, options_in_image, row_where, skip_or_raise
 from mmfragile.studies.format_bias.prompts import (STANDARD_FORMATS, NoStandardFormat, PromptFormat, all_formats,
                                                    build_mc_prompt, circular_shifts)
 
+__all__ = ["GRID_STUDY", "STANDARD_FORMAT_COLUMN", "standard_formats_for", "format_bias_items", "store_dir", "run_config",
+           "video_settings", "run_info"]
+
+#: The study's name in its stores' config.
+GRID_STUDY = "format-bias"
 #: Question-table column naming a question's standard format (a format name; what ``--standard-format`` sets).
 STANDARD_FORMAT_COLUMN = "standard_format"
 
@@ -151,3 +161,35 @@ def _question_format_items(model, q, rec, formats, circular, instruction, standa
                 prompt=prompt, option_ids=list(fp.option_ids), answer_id=fp.answer_id,
                 max_new_tokens=id_len_cache[ids]))
     return out
+
+
+# ================================================================================================ stores
+def store_dir(results_dir: str | Path, model: str, dataset: str, kind: str = "grid") -> Path:
+    """``<results_dir>/<model>/<dataset>`` for the grid, ``.../cp_ln`` for CP-LN (names made path-safe)."""
+    root = Path(results_dir) / safe_name(model) / safe_name(dataset)
+    if kind == "grid":
+        return root
+    if kind == "cp_ln":
+        return root / "cp_ln"
+    raise ValueError(f"kind must be 'grid' or 'cp_ln', not {kind!r}")
+
+
+def run_config(model: str, dataset: str, n: int | None, formats: Sequence[str] | None = None,
+               stage: str = "grid", video: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The store config (the keys ``mmfragile formats`` uses, so CLI and notebook runs share stores).
+    ``video`` (``n_frames``, ``fps``, ``video_bounds``) is added only for datasets with video questions, so
+    image-only stores keep their config."""
+    cfg: dict[str, Any] = {"study": GRID_STUDY, "stage": stage, "model": model, "dataset": dataset, "n": n}
+    if stage == "grid":
+        cfg["formats"] = None if formats is None else ",".join(formats)
+    if video:
+        cfg["video"] = dict(video)
+    return cfg
+
+
+def video_settings(questions: pd.DataFrame, n_frames: int | None = None, fps: float | None = None,
+                   video_bounds: bool = True) -> dict[str, Any] | None:
+    """The frame sampling of a run (for :func:`run_config`), or None when ``questions`` has no video."""
+    if "modality" not in questions or not (questions["modality"] == "video").any():
+        return None
+    return {"n_frames": n_frames, "fps": fps, "video_bounds": bool(video_bounds)}

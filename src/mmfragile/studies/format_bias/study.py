@@ -20,9 +20,9 @@ from mmfragile.shards import Shard
 from mmfragile.store import ResultStore
 from mmfragile.study import (Param, RunContext, Stage, StageTask, Study, csv_list, register, run_stage,
                              stored_keys)
-from mmfragile.studies.format_bias.analysis import run_config, run_info, video_settings
 from mmfragile.studies.format_bias import budget, report
-from mmfragile.studies.format_bias.items import STANDARD_FORMAT_COLUMN, format_bias_items, standard_formats_for
+from mmfragile.studies.format_bias.items import (STANDARD_FORMAT_COLUMN, format_bias_items, run_config, run_info,
+                                                 standard_formats_for, video_settings)
 from mmfragile.studies.format_bias.prompts import NoStandardFormat, PromptFormat, build_cloze_prompt
 
 __all__ = ["STUDY", "run_format_bias", "run_cp_ln", "cloze_items", "cp_ln_score", "no_standard_message"]

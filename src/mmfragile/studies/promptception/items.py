@@ -66,10 +66,10 @@ class PromptceptionItem(EvalItem):
 
 def resolve_model_kind(model: "MLLM | ModelSpec | str", model_kind: str = "auto") -> str:
     """The prompt variant of Appendix A: ``model_kind`` "open" / "proprietary" as given; "auto" gives
-    "proprietary" for API models (an ``openai:`` spec, the one a loaded model carries or declares: ``spec_of``)
-    and "open" for everything else."""
+    "proprietary" for API models (a spec of an ``api`` backend such as ``openai:``, the one a loaded model carries
+    or declares: ``spec_of``) and "open" for everything else."""
     if model_kind == "auto":  # API models get the proprietary variant (Appendix A), local ones the open one
-        api = (ModelSpec.parse(model) if isinstance(model, (str, ModelSpec)) else spec_of(model)).backend == "openai"
+        api = (ModelSpec.parse(model) if isinstance(model, (str, ModelSpec)) else spec_of(model)).kind == "api"
         return "proprietary" if api else "open"
     return model_kind
 
