@@ -12,8 +12,8 @@ Commands
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded models, the model zoo and data once (offline)
   report      a fragility report (report.html, report.md, report.json) of result stores of any study
-  export      a study's grid as another harness' tasks (export lmms-eval ...: an lmms-eval task group)
-  import      another harness' logs as a result store (import lmms-eval RUN_DIR... --out STORE)
+  export      a study's grid as another harness' tasks (export lmms-eval|lm-eval ...: a task group)
+  import      another harness' logs as a result store (import lmms-eval|lm-eval RUN_DIR... --out STORE)
 """
 from __future__ import annotations
 
@@ -343,69 +343,94 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
+#: The harness bridges: name -> (module under mmfragile.harness, what its export is, how to run it)
+_HARNESSES = {
+    "lmms-eval": ("lmms_eval", "an lmms-eval task group",
+                  "lmms-eval --model llava_hf --model_args pretrained=CHECKPOINT,device_map=cpu --include_path {out} "
+                  "--tasks {group} --log_samples --output_path RUN_DIR"),
+    "lm-eval": ("lm_eval", "an lm-eval task group of text-only questions",
+                "lm_eval --model hf --model_args pretrained=CHECKPOINT --device cpu --apply_chat_template "
+                "--include_path {out} --tasks {group} --log_samples --output_path RUN_DIR (--model hf-multimodal "
+                "for a LLaVA / zoo checkpoint)"),
+}
+
+
 def _add_export_args(sub) -> None:
-    """``export lmms-eval``: a study's grid as an lmms-eval task group (mmfragile.harness.lmms_eval)."""
-    ex = sub.add_parser("export", help="a study's grid as another harness' tasks (lmms-eval)")
+    """``export lmms-eval`` / ``export lm-eval``: a study's grid as a harness' task group (mmfragile.harness)."""
+    ex = sub.add_parser("export", help="a study's grid as another harness' tasks (lmms-eval, lm-eval)")
     harness = ex.add_subparsers(dest="harness", required=True)
-    p = harness.add_parser("lmms-eval", help="an lmms-eval task group: run it with lmms-eval --include_path OUT",
-                           description="Write an lmms-eval task group of a study's grid (one task per prompt "
-                                       "variant, circular shifts as rows, mmfragile's keys in the data files, "
-                                       "mmfragile's scoring in utils.py); run it with `lmms-eval --include_path "
-                                       "OUT --tasks GROUP --log_samples --output_path RUN`, read it back with "
-                                       "`mmfragile import lmms-eval RUN --out STORE` (docs/harnesses.md).")
-    p.add_argument("--study", default="format-bias", choices=["format-bias"], help="the study (default format-bias)")
-    p.add_argument("--model", required=True,
-                   help="the model lmms-eval will run (checkpoint folder, zoo or embedded name): its tokenizer sizes "
-                        "each variant's answer budget and its name names the imported store")
-    p.add_argument("--dataset", default="easy-vqa", help="dataset spec (python -m mmfragile benchmarks lists them)")
-    p.add_argument("--n", type=int, default=None, help="questions (default: all)")
-    p.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 of Table 1)")
-    p.add_argument("--standard-format", default=None,
-                   help="format of the 'standard' variant where Table 5 has none, 'none' to leave it out")
-    p.add_argument("--out", required=True, help="folder for the task YAMLs, data files, utils.py and manifest")
+    for name, (_, what, run) in _HARNESSES.items():
+        tool = run.split()[0]
+        p = harness.add_parser(name, help=f"{what}: run it with {tool} --include_path OUT",
+                               description=f"Write {what} of a study's grid (one task per prompt variant, circular "
+                                           "shifts as rows, mmfragile's keys in the data files, mmfragile's scoring "
+                                           f"in utils.py); run it with `{tool} ... --include_path OUT --tasks GROUP "
+                                           "--log_samples --output_path RUN`, read it back with `mmfragile import "
+                                           f"{name} RUN --out STORE` (docs/harnesses.md).")
+        p.add_argument("--study", default="format-bias", choices=["format-bias"],
+                       help="the study (default format-bias)")
+        p.add_argument("--model", required=True,
+                       help=f"the model {tool} will run (checkpoint folder, zoo or embedded name): its tokenizer sizes "
+                            "each variant's answer budget and its name names the imported store")
+        p.add_argument("--dataset", default="synthetic-text" if name == "lm-eval" else "easy-vqa",
+                       help="dataset spec (python -m mmfragile benchmarks lists them)"
+                            + ("; text-only: questions with images are refused" if name == "lm-eval" else ""))
+        p.add_argument("--n", type=int, default=None, help="questions (default: all)")
+        p.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 of Table 1)")
+        p.add_argument("--standard-format", default=None,
+                       help="format of the 'standard' variant where Table 5 has none, 'none' to leave it out")
+        p.add_argument("--out", required=True, help="folder for the task YAMLs, data files, utils.py and manifest")
+
+
+def _bridge(name: str):
+    import importlib
+
+    return importlib.import_module(f"mmfragile.harness.{_HARNESSES[name][0]}")
 
 
 def _export(a: argparse.Namespace) -> int:
-    from mmfragile.harness.lmms_eval import export_lmms_eval
     from mmfragile.study import csv_list
 
+    bridge = _bridge(a.harness)
     params = {"formats": csv_list(a.formats) if a.formats else None, "standard_format": a.standard_format}
     try:
-        man = export_lmms_eval(a.study, a.model, a.dataset, a.out, n=a.n, **params)
+        man = getattr(bridge, f"export_{_HARNESSES[a.harness][0]}")(a.study, a.model, a.dataset, a.out, n=a.n,
+                                                                     **params)
     except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     rows = sum(t["rows"] for t in man["tasks"].values())
     print(f"{a.out}: group {man['group']}, {len(man['tasks'])} tasks, {rows} requests\n"
-          f"run: lmms-eval --model llava_hf --model_args pretrained=CHECKPOINT,device_map=cpu --include_path "
-          f"{a.out} --tasks {man['group']} --log_samples --output_path RUN_DIR")
+          f"run: {_HARNESSES[a.harness][2].format(out=a.out, group=man['group'])}")
     return 0
 
 
 def _add_import_args(sub) -> None:
-    """``import lmms-eval``: lmms-eval's sample logs of an exported group as a result store."""
-    im = sub.add_parser("import", help="another harness' logs as a result store (lmms-eval)")
+    """``import lmms-eval`` / ``import lm-eval``: a harness' sample logs of an exported group as a result store."""
+    im = sub.add_parser("import", help="another harness' logs as a result store (lmms-eval, lm-eval)")
     harness = im.add_subparsers(dest="harness", required=True)
-    p = harness.add_parser("lmms-eval", help="lmms-eval runs of an exported group -> a result store",
-                           description="Read lmms-eval's results.json and *_samples_*.jsonl (joined to the exported "
-                                       "data files on doc_id) into the study's result store; `mmfragile report "
-                                       "STORE` reads it.")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="lmms-eval --output_path folders (or sample files)")
-    p.add_argument("--out", required=True, help="the result store to create")
-    p.add_argument("--export", default=None, metavar="DIR",
-                   help="the folder `mmfragile export` wrote (default: found from results.json's data files)")
-    p.add_argument("--model", default=None, help="name of the model in the store (default: the export's --model)")
+    logs = {"lmms-eval": "results.json and *_samples_*.jsonl", "lm-eval": "results_*.json and samples_*.jsonl"}
+    for name, (_, what, run) in _HARNESSES.items():
+        tool = run.split()[0]
+        p = harness.add_parser(name, help=f"{tool} runs of an exported group -> a result store",
+                               description=f"Read {tool}'s {logs[name]} (joined to the exported data files on "
+                                           "doc_id) into the study's result store; `mmfragile report STORE` reads it.")
+        p.add_argument("runs", nargs="+", metavar="RUN_DIR", help=f"{tool} --output_path folders (or sample files)")
+        p.add_argument("--out", required=True, help="the result store to create")
+        p.add_argument("--export", default=None, metavar="DIR",
+                       help="the folder `mmfragile export` wrote (default: found from the results file's data files)")
+        p.add_argument("--model", default=None, help="name of the model in the store (default: the export's --model)")
 
 
 def _import(a: argparse.Namespace) -> int:
     from mmfragile.harness.common import HarnessError
-    from mmfragile.harness.lmms_eval import import_lmms_eval
     from mmfragile.store import ConfigMismatch
 
+    bridge = _bridge(a.harness)
     try:
-        store = import_lmms_eval(a.runs, a.out, export=a.export, model=a.model)
+        store = getattr(bridge, f"import_{_HARNESSES[a.harness][0]}")(a.runs, a.out, export=a.export, model=a.model)
     except (HarnessError, ConfigMismatch) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     print(store.check())
     return 0
