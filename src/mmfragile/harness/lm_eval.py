@@ -143,7 +143,7 @@ def _check(s: Mapping[str, Any], row: Mapping[str, Any], where: str) -> None:
     doc = s.get("doc")
     if not isinstance(doc, dict):
         raise HarnessError(f"{where}: no logged doc (lm-eval's sample line has one): not an lm-eval sample log")
-    for col in ("question_id", "variant", "prompt", *ITEM_COLUMNS):
+    for col in ("question_id", "variant", *ITEM_COLUMNS):
         if col in doc and doc[col] != row.get(col):
             raise HarnessError(f"{where}: the logged doc's {col} is not the exported row's of doc_id {s['doc_id']} "
                                f"({row['question_id']}, {row['variant']}): the run used another export")
@@ -158,6 +158,6 @@ def import_lm_eval(run_dirs: Sequence[str | Path], out: str | Path, export: str 
     results = results_files(run_dirs)
     return import_samples(HARNESS, [(f, task_of(f)) for f in files], results, export, out, model, _check,
                           harness_provenance(HARNESS, results, files, "lm_eval_version", harness_model="config.model",
-                                             model_args="config.model_args",
+                                             model_args="config.model_args", device="config.device",
                                              transformers_version="transformers_version",
                                              chat_template_sha="chat_template_sha"))
