@@ -12,8 +12,8 @@ Commands
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded models, the model zoo and data once (offline)
   report      a fragility report (report.html, report.md, report.json) of result stores of any study
-  export      a study's grid as another harness' tasks (export lmms-eval ...: an lmms-eval task group)
-  import      another harness' logs as a result store (import lmms-eval RUN_DIR... --out STORE)
+  export      a study's grid as another harness' tasks (export lmms-eval|lm-eval ...: a task group)
+  import      another harness' logs as a result store (import lmms-eval|lm-eval RUN_DIR... --out STORE)
 """
 from __future__ import annotations
 
@@ -352,80 +352,82 @@ def _main(argv: list[str]) -> int:
 
 
 def _add_export_args(sub) -> None:
-    """``export lmms-eval``: a study's grid as an lmms-eval task group (mmfragile.harness.lmms_eval)."""
-    ex = sub.add_parser("export", help="a study's grid as another harness' tasks (lmms-eval)")
-    harness = ex.add_subparsers(dest="harness", required=True)
-    p = harness.add_parser("lmms-eval", help="an lmms-eval task group: run it with lmms-eval --include_path OUT",
-                           description="Write an lmms-eval task group of a study's grid (one task per prompt "
-                                       "variant, circular shifts as rows, mmfragile's keys in the data files, "
-                                       "mmfragile's scoring in utils.py); run it with `lmms-eval --include_path "
-                                       "OUT --tasks GROUP --log_samples --output_path RUN`, read it back with "
-                                       "`mmfragile import lmms-eval RUN --out STORE` (docs/harnesses.md).")
-    from mmfragile.harness.lmms_eval import STUDIES
+    """``export <harness>``: a study's grid as a harness' tasks (:data:`mmfragile.harness.BRIDGES`), with each
+    exportable study's own parameters (``--formats``, ``--prompt-ids`` ...)."""
+    from mmfragile.harness import BRIDGES
     from mmfragile.study import get_study
 
-    p.add_argument("--study", default="format-bias", choices=STUDIES, help="the study (default format-bias)")
-    p.add_argument("--model", required=True,
-                   help="the model lmms-eval will run (checkpoint folder, zoo or embedded name): its tokenizer sizes "
-                        "each variant's answer budget and its end-of-turn tokens, its name names the imported store")
-    p.add_argument("--dataset", default="easy-vqa", help="dataset spec (python -m mmfragile benchmarks lists them)")
-    p.add_argument("--n", type=int, default=None, help="questions (default: all)")
-    seen: set[str] = set()
-    for name in STUDIES:  # each study's own parameters (--formats, --prompt-ids ...), given ones only
-        study = get_study(name)
-        fresh = [prm for prm in study.params if prm.name not in seen]
-        seen |= {prm.name for prm in fresh}
-        _add_params(p.add_argument_group(f"{name} parameters"), fresh, given_only=True)
-    p.add_argument("--out", required=True, help="folder for the task YAMLs, data files, utils.py and manifest")
+    ex = sub.add_parser("export", help=f"a study's grid as another harness' tasks ({', '.join(BRIDGES)})")
+    harness = ex.add_subparsers(dest="harness", required=True)
+    for bridge in BRIDGES.values():
+        studies = bridge.load().STUDIES
+        p = harness.add_parser(bridge.name, help=bridge.exports,
+                               description=f"Write {bridge.exports} of a study's grid (mmfragile's prompts, keys and "
+                                           "scoring; the command that runs it is printed), read its outputs back "
+                                           f"with `mmfragile import {bridge.name}` (docs/harnesses.md).")
+        p.add_argument("--study", default=studies[0], choices=studies, help=f"the study (default {studies[0]})")
+        p.add_argument("--model", required=True,
+                       help=f"the model {bridge.name} will run (checkpoint folder, zoo or embedded name): its tokenizer "
+                            "sizes each variant's answer budget and gives its end-of-turn tokens, its name names the "
+                            "imported store")
+        p.add_argument("--dataset", default=bridge.default_dataset,
+                       help="dataset spec (python -m mmfragile benchmarks lists them)")
+        p.add_argument("--n", type=int, default=None, help="questions (default: all)")
+        seen: set[str] = set()
+        for name in studies:  # each study's own parameters, in the namespace only where given
+            fresh = [prm for prm in get_study(name).params if prm.name not in seen]
+            seen |= {prm.name for prm in fresh}
+            _add_params(p.add_argument_group(f"{name} parameters"), fresh, given_only=True)
+        p.add_argument("--out", required=True, help="folder for the export (tasks, data files, manifest)")
 
 
 def _export(a: argparse.Namespace) -> int:
-    from mmfragile.harness.lmms_eval import STUDIES, export_lmms_eval
+    from mmfragile.harness import BRIDGES
     from mmfragile.study import get_study
 
-    own = {prm.name for prm in get_study(a.study).params}
-    given = {k: v for k, v in vars(a).items() if any(k in {q.name for q in get_study(s).params} for s in STUDIES)}
-    if set(given) - own:
-        flags = ", ".join("--" + k.replace("_", "-") for k in sorted(set(given) - own))
-        print(f"error: {flags}: not a parameter of --study {a.study}", file=sys.stderr)
+    bridge = BRIDGES[a.harness]
+    params = {k: v for k, v in vars(a).items()
+              if any(k == prm.name for s in bridge.load().STUDIES for prm in get_study(s).params)}
+    other = sorted(set(params) - {prm.name for prm in get_study(a.study).params})
+    if other:
+        print(f"error: {', '.join('--' + k.replace('_', '-') for k in other)}: not a parameter of --study {a.study}",
+              file=sys.stderr)
         return 2
-    params = given
     try:
-        man = export_lmms_eval(a.study, a.model, a.dataset, a.out, n=a.n, **params)
+        man = bridge.export(a.study, a.model, a.dataset, a.out, n=a.n, **params)
     except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
-    rows = sum(t["rows"] for t in man["tasks"].values())
-    print(f"{a.out}: group {man['group']}, {len(man['tasks'])} tasks, {rows} requests\n"
-          f"run: lmms-eval --model llava_hf --model_args pretrained={man['checkpoint']},device_map=cpu --include_path "
-          f"{a.out} --tasks {man['group']} --log_samples --output_path RUN_DIR")
+    print(bridge.load().run_hint(man, a.out))
     return 0
 
 
 def _add_import_args(sub) -> None:
-    """``import lmms-eval``: lmms-eval's sample logs of an exported group as a result store."""
-    im = sub.add_parser("import", help="another harness' logs as a result store (lmms-eval)")
+    """``import <harness>``: a harness' outputs of an exported grid as a result store."""
+    from mmfragile.harness import BRIDGES
+
+    im = sub.add_parser("import", help=f"another harness' logs as a result store ({', '.join(BRIDGES)})")
     harness = im.add_subparsers(dest="harness", required=True)
-    p = harness.add_parser("lmms-eval", help="lmms-eval runs of an exported group -> a result store",
-                           description="Read lmms-eval's results.json and *_samples_*.jsonl (joined to the exported "
-                                       "data files on doc_id) into the study's result store; `mmfragile report "
-                                       "STORE` reads it.")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="lmms-eval --output_path folders (or sample files)")
-    p.add_argument("--out", required=True, help="the result store to create")
-    p.add_argument("--export", default=None, metavar="DIR",
-                   help="the folder `mmfragile export` wrote (default: found from results.json's data files)")
-    p.add_argument("--model", default=None, help="name of the model in the store (default: the export's --model)")
+    for bridge in BRIDGES.values():
+        p = harness.add_parser(bridge.name, help=f"{bridge.name} outputs of an exported grid -> a result store",
+                               description=f"Read {bridge.reads} into the study's result store; `mmfragile report "
+                                           "STORE` reads it.")
+        p.add_argument("runs", nargs="+", metavar=bridge.runs_metavar, help=bridge.runs_help)
+        p.add_argument("--out", required=True, help="the result store to create")
+        p.add_argument("--export", default=None, metavar="DIR",
+                       help="the folder `mmfragile export` wrote (default: found from the run's own files)")
+        p.add_argument("--model", default=None, help="name of the model in the store (default: the export's --model)")
 
 
 def _import(a: argparse.Namespace) -> int:
+    from mmfragile.harness import BRIDGES
     from mmfragile.harness.common import HarnessError
-    from mmfragile.harness.lmms_eval import import_lmms_eval
     from mmfragile.store import ConfigMismatch
 
     try:
-        store = import_lmms_eval(a.runs, a.out, export=a.export, model=a.model)
+        store = BRIDGES[a.harness].import_runs(a.runs, a.out, export=a.export, model=a.model)
     except (HarnessError, ConfigMismatch) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     print(store.check())
     return 0

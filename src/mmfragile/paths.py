@@ -102,13 +102,29 @@ def seed_missing(name: str) -> str:
     return f"seed text {name} not found in MMFRAGILE_SEEDS={env}"
 
 
+def _venv(env: str, name: str) -> Path:
+    path = os.environ.get(env)
+    if path:
+        return Path(path)
+    return Path(os.environ.get("MMFRAGILE_CACHE", Path.home() / ".cache" / "mmfragile")) / name
+
+
 def vllm_venv() -> Path:
     """The vLLM environment ``scripts/install_vllm.sh`` creates (vLLM pins its own transformers / numpy):
     ``$MMFRAGILE_VLLM_VENV``, else ``vllm-venv`` in the cache folder. Not created here."""
-    env = os.environ.get("MMFRAGILE_VLLM_VENV")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("MMFRAGILE_CACHE", Path.home() / ".cache" / "mmfragile")) / "vllm-venv"
+    return _venv("MMFRAGILE_VLLM_VENV", "vllm-venv")
+
+
+def lmms_eval_venv() -> Path:
+    """The lmms-eval environment ``scripts/install_lmms_eval.sh`` creates: ``$MMFRAGILE_LMMS_EVAL_VENV``, else
+    ``lmms-eval-venv`` in the cache folder. Not created here."""
+    return _venv("MMFRAGILE_LMMS_EVAL_VENV", "lmms-eval-venv")
+
+
+def lm_eval_venv() -> Path:
+    """The lm-evaluation-harness environment ``scripts/install_lm_eval.sh`` creates: ``$MMFRAGILE_LM_EVAL_VENV``,
+    else ``lm-eval-venv`` in the cache folder. Not created here."""
+    return _venv("MMFRAGILE_LM_EVAL_VENV", "lm-eval-venv")
 
 
 def safe_name(name: str) -> str:

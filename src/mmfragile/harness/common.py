@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
+from collections import defaultdict
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from mmfragile.models.base import Prompt
 from mmfragile.runner import EvalItem
@@ -87,7 +89,7 @@ class StudyGrid:
         """The export's :data:`MANIFEST`: what import and the exported scoring hooks rebuild the study from."""
         cls = type(self.items[0]) if self.items else EvalItem
         return {"harness": harness, "study": self.study, "stage": self.stage.name, "model": self.model,
-                "dataset": dataset, "n": n, "params": json.loads(json.dumps(self.params, default=str)),
+                "dataset": dataset, "n": n, "params": jsonable(self.params),
                 "config": self.config, "run_info": self.run_info, "provenance": self.provenance,
                 "item_class": f"{cls.__module__}:{cls.__qualname__}", "stop_strings": self.stop_strings, **extra}
 
@@ -129,7 +131,7 @@ def eos_view(grid: StudyGrid, out: Path) -> Path | None:
     if not turn or all(it.max_new_tokens <= 1 for it in grid.items):
         return None
     view = out / "checkpoint"
-    view.mkdir(exist_ok=True)
+    view.mkdir(parents=True, exist_ok=True)
     for f in grid.checkpoint.iterdir():
         if f.name != "tokenizer_config.json" and not (view / f.name).exists():
             (view / f.name).symlink_to(f.resolve())
@@ -179,6 +181,87 @@ def scorer(manifest: Mapping[str, Any]) -> Callable[[Mapping[str, Any], str], di
     return lambda row, raw: score(raw, row_item(row, cls))
 
 
+def task_hooks(manifest_file: str | Path) -> tuple[Callable, ...]:
+    """``doc_to_visual``, ``doc_to_text``, ``doc_to_target``, ``process_results`` of an exported task group (what
+    its ``utils.py`` binds; :func:`utils_module`): the exported row's images, prompt and answer ID, and the study's
+    own scoring of the response cut at the model's end of turn (format-bias: exact match, Sec. A.3; promptception:
+    the first, model-free stage of the answer extraction, App. E), reported as ``exact_match`` and ``coverage``."""
+    manifest = json.loads(Path(manifest_file).read_text())
+    score, stops = scorer(manifest), manifest.get("stop_strings", [])
+
+    def doc_to_visual(doc):
+        from PIL import Image
+
+        return [Image.open(p).convert("RGB") for p in doc["images"]]
+
+    def doc_to_text(doc, lmms_eval_specific_kwargs=None):
+        return doc["prompt"]
+
+    def doc_to_target(doc):
+        return doc["answer_id"]
+
+    def process_results(doc, results):
+        scored = score(doc, until_stop(results[0], stops))
+        return {"exact_match": float(scored["correct"]), "coverage": float(scored["covered"])}
+
+    return doc_to_visual, doc_to_text, doc_to_target, process_results
+
+
+def utils_module(harness: str) -> str:
+    """The ``utils.py`` of an export: the hooks of :func:`task_hooks` bound to the manifest beside it."""
+    return (f'"""{harness} hooks of a task group written by `mmfragile export {harness}` (re-export rather than edit):\n'
+            "mmfragile's prompts and scoring (mmfragile.harness.common.task_hooks) - install mmfragile in the\n"
+            f'harness\' venv (scripts/install_{harness.replace("-", "_")}.sh does)."""\n'
+            "from pathlib import Path\n\nfrom mmfragile.harness.common import task_hooks\n\n"
+            "doc_to_visual, doc_to_text, doc_to_target, process_results = task_hooks(\n"
+            '    Path(__file__).with_name("mmfragile_export.json"))\n')
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^0-9a-zA-Z]+", "_", str(text)).strip("_").lower()
+
+
+def group_name(study: str, dataset: str) -> str:
+    """The task group an export writes: ``mmfragile_<study>_<dataset>``."""
+    return f"mmfragile_{slug(study)}_{slug(dataset)}"
+
+
+def jsonable(params: Mapping[str, Any]) -> dict:
+    return json.loads(json.dumps(params, default=str))
+
+
+def task_rows(group: str, items: Sequence[EvalItem]) -> dict[str, list[dict]]:
+    """The exported rows by task: one task per prompt variant (without its shift) and answer budget - a harness'
+    generation settings are per task - named ``<group>_<variant>`` (``..._t<budget>`` for a budget over one)."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for it in items:
+        name = f"{group}_{slug(it.key['variant'].split('|')[0])}"
+        by_task[f"{name}_t{it.max_new_tokens}" if it.max_new_tokens > 1 else name].append(item_row(it))
+    return dict(sorted(by_task.items()))
+
+
+def write_export(harness: str, grid: StudyGrid, dataset: str, n: int | None, out: str | Path,
+                 task_yaml: Callable[[str, list[dict], Path], str], utils: str, **extra: Any) -> dict[str, Any]:
+    """Write a harness' task group of ``grid`` into ``out``: ``data/TASK.jsonl`` (:func:`task_rows`), ``TASK.yaml``
+    (``task_yaml(task, rows, data file)``), ``GROUP.yaml``, ``utils.py`` (``utils``) and the manifest
+    (:data:`MANIFEST`: study, model, dataset, ``n``, parameters, the native store's config, task -> data file,
+    ``extra``); returns the manifest."""
+    out = Path(out).resolve()
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    group = group_name(grid.study, dataset)
+    tasks = {}
+    for task, rows in task_rows(group, grid.items).items():
+        data = out / "data" / f"{task}.jsonl"
+        write_jsonl(data, rows)
+        (out / f"{task}.yaml").write_text(task_yaml(task, rows, data))
+        tasks[task] = {"data": f"data/{task}.jsonl", "rows": len(rows), "max_new_tokens": rows[0]["max_new_tokens"]}
+    (out / f"{group}.yaml").write_text(f"group: {group}\ntask:\n" + "".join(f"- {t}\n" for t in tasks))
+    (out / "utils.py").write_text(utils)
+    manifest = grid.manifest(harness, dataset, n, group=group, tasks=tasks, **extra)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return manifest
+
+
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
@@ -203,6 +286,130 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise HarnessError(f"{folder}: no {MANIFEST}; pass the folder `mmfragile export` wrote (--export DIR)")
     return json.loads(path.read_text())
+
+
+def find_files(run_dirs: Sequence[str | Path], pattern: str, harness: str, hint: str) -> list[Path]:
+    """Every file matching ``pattern`` under the run folders (or the files themselves); none is an error."""
+    files: list[Path] = []
+    for d in map(Path, run_dirs):
+        if d.is_file():
+            files.append(d)
+        elif d.is_dir():
+            files += sorted(d.rglob(pattern))
+        else:
+            raise HarnessError(f"{d}: no such {harness} output folder or sample file")
+    if not files:
+        raise HarnessError(f"no {pattern} under {', '.join(map(str, run_dirs))}: {hint}")
+    return files
+
+
+def read_results(run_dirs: Sequence[str | Path], pattern: str) -> list[dict]:
+    """The harness' aggregated results files of the runs (model, model_args, version and each task's config),
+    each with its ``path``."""
+    out = []
+    for d in map(Path, run_dirs):
+        for f in sorted((d if d.is_dir() else d.parent).rglob(pattern)):
+            out.append({"path": f, **json.loads(f.read_text())})
+    return out
+
+
+def export_folder(task: str, results: Sequence[Mapping], export: Path | None, samples: Path) -> Path:
+    """The export folder of ``task``: ``export`` if given, else the folder whose data file a results file's
+    ``configs.<task>.dataset_kwargs.data_files.test`` names (``data/TASK.jsonl`` beside the manifest)."""
+    if export is not None:
+        return export
+    for res in results:
+        files = (res.get("configs", {}).get(task, {}).get("dataset_kwargs") or {}).get("data_files") or {}
+        test = files.get("test") if isinstance(files, dict) else None
+        if isinstance(test, str) and (Path(test).parent.parent / MANIFEST).is_file():
+            return Path(test).parent.parent
+    raise HarnessError(f"{samples}: cannot find the export of task {task!r} (no results file naming a data file "
+                       "beside mmfragile_export.json); pass --export DIR, the folder `mmfragile export` wrote")
+
+
+#: A harness' check of one logged sample against its exported row: raises :class:`HarnessError` (``where`` is
+#: ``file:line``) when the sample is not that row's request.
+SampleCheck = Callable[[Mapping[str, Any], Mapping[str, Any], str], None]
+
+
+def joined(samples: Path, rows: Sequence[dict], check: SampleCheck) -> Iterable[tuple[dict, str]]:
+    """(exported row, raw output) per sample line, joined on ``doc_id``; a line whose ``doc_id`` is not a row or
+    was logged before, that ``check`` rejects or whose ``filtered_resps`` is not one text is an error."""
+    seen: dict[int, int] = {}
+    for line_no, s in iter_jsonl(samples):
+        where = f"{samples}:{line_no}"
+        doc_id = s.get("doc_id") if isinstance(s, dict) else None
+        if not isinstance(doc_id, int) or isinstance(doc_id, bool) or not 0 <= doc_id < len(rows):
+            raise HarnessError(f"{where}: doc_id {doc_id!r} is not a row of the task's data file "
+                               f"({len(rows)} rows): was the task re-exported after this run?")
+        if doc_id in seen:
+            raise HarnessError(f"{where}: doc_id {doc_id} already logged on line {seen[doc_id]}")
+        seen[doc_id] = line_no
+        check(s, rows[doc_id], where)
+        yield rows[doc_id], raw_response(s.get("filtered_resps"), where)
+
+
+def raw_response(resp: Any, where: str) -> str:
+    while isinstance(resp, list) and len(resp) == 1:  # one response per doc, nested once or twice
+        resp = resp[0]
+    if not isinstance(resp, str):
+        raise HarnessError(f"{where}: filtered_resps {resp!r} is not one generated text")
+    return resp
+
+
+def harness_provenance(harness: str, results: Sequence[Mapping], files: Sequence[Path], version_key: str,
+                       **fields: str) -> dict[str, Any]:
+    """What a run of ``harness`` records of itself: its version (``results[version_key]``), the entries ``fields``
+    (store key -> dotted key in the results file: ``config.model`` for the model class, ``config.model_args`` ...)
+    and the files read."""
+    def get(res: Mapping, dotted: str) -> str:
+        for part in dotted.split("."):
+            res = res.get(part, {}) if isinstance(res, Mapping) else {}
+        return "not recorded" if res in ({}, None) else str(res)
+
+    first = results[0] if results else {}
+    return {"harness": harness, "harness_version": get(first, version_key) if results
+            else "not recorded: no results file",
+            **{k: get(first, v) for k, v in fields.items()},
+            "results_json": [str(r["path"]) for r in results], "sample_logs": [str(f) for f in files]}
+
+
+def import_samples(harness: str, logs: Sequence[tuple[Path, str]], results: Sequence[Mapping],
+                   export: str | Path | None, out: str | Path, model: str | None, check: SampleCheck,
+                   provenance: Mapping[str, Any]) -> ResultStore:
+    """The result store of a harness' sample ``logs`` = (file, task) of exported tasks: each joined to its task's
+    data file (:func:`joined`) and scored by the study (:func:`write_store`); ``model`` names the run (default: the
+    export's ``--model``). The store's manifest declares every exported request, so ``mmfragile merge STORE`` lists
+    what the runs left out (``--limit``)."""
+    export = None if export is None else Path(export)
+    manifests: dict[Path, dict] = {}
+    scored: list[tuple[dict, str]] = []
+    for f, task in logs:
+        folder = export_folder(task, results, export, f)
+        man = manifests.setdefault(folder, read_manifest(folder))
+        if task not in man["tasks"]:
+            raise HarnessError(f"{f}: task {task!r} is not in {folder / MANIFEST} (tasks: {', '.join(man['tasks'])})")
+        scored += joined(f, read_jsonl(folder / man["tasks"][task]["data"]), check)
+    man = one_manifest(manifests)
+    name = model or man["model"]
+    stops = man.get("stop_strings", [])
+    cut = [(row, until_stop(raw, stops)) for row, raw in scored]
+    provenance = {**provenance, "cut_at_end_of_turn": {
+        "strings": stops, "responses": sum(len(a) != len(b) for (_, a), (_, b) in zip(scored, cut))}}
+    store = write_store(out, man, cut, name, provenance)
+    all_rows = [r for t in man["tasks"].values() for r in read_jsonl(next(iter(manifests)) / t["data"])]
+    store.declare([{"model": name, **{k: r[k] for k in ("dataset", "question_id", "variant")}} for r in all_rows],
+                  label=f"{harness}-export")
+    return store
+
+
+def one_manifest(manifests: Mapping[Path, dict]) -> dict:
+    first, *rest = manifests.items()
+    for folder, man in rest:
+        if man["config"] != first[1]["config"]:
+            raise HarnessError(f"{folder}: exported for {man['config']}, but {first[0]} for {first[1]['config']}: "
+                               "import runs of one export (one store per study, model, dataset) at a time")
+    return first[1]
 
 
 def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[tuple[dict, str]], model: str,

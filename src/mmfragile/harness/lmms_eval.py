@@ -27,50 +27,18 @@ docs/harnesses.md.
 from __future__ import annotations
 
 import json
-import re
-from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Mapping, Sequence
 
-from mmfragile.harness.common import (MANIFEST, HarnessError, eos_view, item_row, iter_jsonl, read_jsonl, read_manifest,
-                                      study_grid, until_stop, write_jsonl, write_store)
+from mmfragile.harness.common import (HarnessError, eos_view, find_files, harness_provenance, import_samples,
+                                      read_results, study_grid, utils_module, write_export)
 from mmfragile.store import ResultStore
 
 HARNESS = "lmms-eval"
 #: Studies whose grid lmms-eval can run: their (first-stage) score function is a pure function of the raw output.
 STUDIES = ("format-bias", "promptception")
 
-UTILS = '''"""lmms-eval hooks of a task group written by `mmfragile export lmms-eval` (re-export rather than edit).
-Scoring is mmfragile's own: the study's score function, rebuilt from mmfragile_export.json beside this file
-(exact match for format-bias, Sec. A.3; the first, model-free stage of the answer extraction for promptception,
-App. E) - install mmfragile in lmms-eval's venv (scripts/install_lmms_eval.sh does)."""
-import json
-from pathlib import Path
-
-from PIL import Image
-
-from mmfragile.harness.common import scorer, until_stop
-
-MANIFEST = json.loads(Path(__file__).with_name("mmfragile_export.json").read_text())
-SCORE = scorer(MANIFEST)
-
-
-def doc_to_visual(doc):
-    return [Image.open(p).convert("RGB") for p in doc["images"]]
-
-
-def doc_to_text(doc, lmms_eval_specific_kwargs=None):
-    return doc["prompt"]
-
-
-def doc_to_target(doc):
-    return doc["answer_id"]
-
-
-def process_results(doc, results):
-    scored = SCORE(doc, until_stop(results[0], MANIFEST["stop_strings"]))
-    return {"exact_match": float(scored["correct"]), "coverage": float(scored["covered"])}
-'''
+UTILS = utils_module(HARNESS)
 
 TASK_YAML = """# written by `mmfragile export lmms-eval`: {what}
 task: {task}
@@ -105,14 +73,6 @@ metadata:
 """
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^0-9a-zA-Z]+", "_", str(text)).strip("_").lower()
-
-
-def group_name(study: str, dataset: str) -> str:
-    return f"mmfragile_{_slug(study)}_{_slug(dataset)}"
-
-
 # ============================================================================================== export
 def export_lmms_eval(study: str, model: str, dataset: str, out: str | Path, n: int | None = None,
                      **params: Any) -> dict[str, Any]:
@@ -123,45 +83,25 @@ def export_lmms_eval(study: str, model: str, dataset: str, out: str | Path, n: i
         raise ValueError(f"export lmms-eval: study {study!r} is not supported (supported: {', '.join(STUDIES)})")
     grid = study_grid(study, model, dataset, n, params)
     out = Path(out).resolve()
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    group = group_name(study, dataset)
-    by_task: dict[str, list[dict]] = defaultdict(list)
-    for it in grid.items:  # one task per variant and budget: lmms-eval's generation settings are per task
-        name = f"{group}_{_slug(it.key['variant'].split('|')[0])}"
-        by_task[f"{name}_t{it.max_new_tokens}" if it.max_new_tokens > 1 else name].append(item_row(it))
-    tasks = {}
-    for task, rows in sorted(by_task.items()):
-        data = out / "data" / f"{task}.jsonl"
-        write_jsonl(data, rows)
-        (out / f"{task}.yaml").write_text(TASK_YAML.format(
-            what=f"study {study}, variant {rows[0]['variant'].split('|')[0]}, {len(rows)} requests",
-            task=task, data=json.dumps(str(data)), max_new_tokens=rows[0]["max_new_tokens"],
-            until=json.dumps(grid.stop_strings)))
-        tasks[task] = {"data": f"data/{task}.jsonl", "rows": len(rows), "max_new_tokens": rows[0]["max_new_tokens"]}
-    (out / f"{group}.yaml").write_text(f"group: {group}\ntask:\n" + "".join(f"- {t}\n" for t in tasks))
-    (out / "utils.py").write_text(UTILS)
-    view = eos_view(grid, out)
-    manifest = grid.manifest(HARNESS, dataset, n, group=group, tasks=tasks,
-                             checkpoint=str(view or grid.checkpoint))
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    return manifest
+    view = eos_view(grid, out)  # before the manifest, which names the checkpoint lmms-eval is to run
+    return write_export(HARNESS, grid, dataset, n, out, lambda task, rows, data: TASK_YAML.format(
+        what=f"study {study}, variant {rows[0]['variant'].split('|')[0]}, {len(rows)} requests",
+        task=task, data=json.dumps(str(data)), max_new_tokens=rows[0]["max_new_tokens"],
+        until=json.dumps(grid.stop_strings)), UTILS, checkpoint=str(view or grid.checkpoint))
+
+
+def run_hint(manifest: dict[str, Any], out: str | Path) -> str:
+    """What the export holds and the lmms-eval command that runs it (the checkpoint the export names)."""
+    rows = sum(t["rows"] for t in manifest["tasks"].values())
+    return (f"{out}: group {manifest['group']}, {len(manifest['tasks'])} tasks, {rows} requests\n"
+            f"run: lmms-eval --model llava_hf --model_args pretrained={manifest['checkpoint']},device_map=cpu "
+            f"--include_path {out} --tasks {manifest['group']} --log_samples --output_path RUN_DIR")
 
 
 # ============================================================================================== import
 def sample_files(run_dirs: Sequence[str | Path]) -> list[Path]:
     """Every ``*_samples_<task>.jsonl`` under the run folders (or the files themselves)."""
-    files: list[Path] = []
-    for d in map(Path, run_dirs):
-        if d.is_file():
-            files.append(d)
-        elif d.is_dir():
-            files += sorted(d.rglob("*_samples_*.jsonl"))
-        else:
-            raise HarnessError(f"{d}: no such lmms-eval output folder or sample file")
-    if not files:
-        raise HarnessError(f"no *_samples_*.jsonl under {', '.join(map(str, run_dirs))}: run lmms_eval with "
-                           "--log_samples --output_path DIR")
-    return files
+    return find_files(run_dirs, "*_samples_*.jsonl", HARNESS, "run lmms_eval with --log_samples --output_path DIR")
 
 
 def task_of(path: Path) -> str:
@@ -173,60 +113,14 @@ def task_of(path: Path) -> str:
 
 def results_files(run_dirs: Sequence[str | Path]) -> list[dict]:
     """The ``*_results.json`` of the runs (model, model_args, version and each task's config)."""
-    out = []
-    for d in map(Path, run_dirs):
-        for f in sorted((d if d.is_dir() else d.parent).rglob("*results*.json")):
-            out.append({"path": f, **json.loads(f.read_text())})
-    return out
+    return read_results(run_dirs, "*results*.json")
 
 
-def _export_folder(task: str, results: list[dict], export: Path | None, samples: Path) -> Path:
-    if export is not None:
-        return export
-    for res in results:
-        files = (res.get("configs", {}).get(task, {}).get("dataset_kwargs") or {}).get("data_files") or {}
-        test = files.get("test") if isinstance(files, dict) else None
-        if isinstance(test, str) and (Path(test).parent.parent / MANIFEST).is_file():
-            return Path(test).parent.parent
-    raise HarnessError(f"{samples}: cannot find the export of task {task!r} (no results.json naming a data file "
-                       "beside mmfragile_export.json); pass --export DIR, the folder `mmfragile export` wrote")
-
-
-def _joined(samples: Path, rows: list[dict]) -> Iterable[tuple[dict, str]]:
-    """(exported row, raw output) per sample line; a line that does not match its row is an error."""
-    seen: dict[int, int] = {}
-    for line_no, s in iter_jsonl(samples):
-        where = f"{samples}:{line_no}"
-        doc_id = s.get("doc_id")
-        if not isinstance(doc_id, int) or not 0 <= doc_id < len(rows):
-            raise HarnessError(f"{where}: doc_id {doc_id!r} is not a row of the task's data file "
-                               f"({len(rows)} rows): was the task re-exported after this run?")
-        if doc_id in seen:
-            raise HarnessError(f"{where}: doc_id {doc_id} already logged on line {seen[doc_id]}")
-        seen[doc_id] = line_no
-        row = rows[doc_id]
-        if "input" in s and s["input"] != row["prompt"]:
-            raise HarnessError(f"{where}: the logged input is not the exported prompt of doc_id {doc_id} "
-                               f"({row['question_id']}, {row['variant']}): the run used another export")
-        yield row, _raw(s.get("filtered_resps"), where)
-
-
-def _raw(resp: Any, where: str) -> str:
-    while isinstance(resp, list) and len(resp) == 1:  # lmms-eval flattens one response per doc, not always twice
-        resp = resp[0]
-    if not isinstance(resp, str):
-        raise HarnessError(f"{where}: filtered_resps {resp!r} is not one generated text")
-    return resp
-
-
-def _provenance(results: list[dict], files: list[Path]) -> dict[str, Any]:
-    cfg = results[0].get("config", {}) if results else {}
-    return {"harness": HARNESS, "harness_version": str(results[0].get("lmms_eval_version", "not recorded"))
-            if results else "not recorded: no results.json",
-            "harness_model": str(cfg.get("model", "not recorded")),
-            "harness_model_backend": str(cfg.get("model_backend", "not recorded")),
-            "model_args": str(cfg.get("model_args", "not recorded")),
-            "results_json": [str(r["path"]) for r in results], "sample_logs": [str(f) for f in files]}
+def _check(s: Mapping[str, Any], row: Mapping[str, Any], where: str) -> None:
+    """lmms-eval logs the user text as ``input``: it must be the exported prompt."""
+    if "input" in s and s["input"] != row["prompt"]:
+        raise HarnessError(f"{where}: the logged input is not the exported prompt of doc_id {s['doc_id']} "
+                           f"({row['question_id']}, {row['variant']}): the run used another export")
 
 
 def import_lmms_eval(run_dirs: Sequence[str | Path], out: str | Path, export: str | Path | None = None,
@@ -236,33 +130,7 @@ def import_lmms_eval(run_dirs: Sequence[str | Path], out: str | Path, export: st
     every exported request, so ``mmfragile merge STORE`` lists what the runs left out (``--limit``)."""
     files = sample_files(run_dirs)
     results = results_files(run_dirs)
-    export = None if export is None else Path(export)
-    manifests: dict[Path, dict] = {}
-    scored: list[tuple[dict, str]] = []
-    for f in files:
-        task = task_of(f)
-        folder = _export_folder(task, results, export, f)
-        man = manifests.setdefault(folder, read_manifest(folder))
-        if task not in man["tasks"]:
-            raise HarnessError(f"{f}: task {task!r} is not in {folder / MANIFEST} (tasks: {', '.join(man['tasks'])})")
-        scored += _joined(f, read_jsonl(folder / man["tasks"][task]["data"]))
-    man = _one_manifest(manifests)
-    name = model or man["model"]
-    stops = man.get("stop_strings", [])
-    cut = [(row, until_stop(raw, stops)) for row, raw in scored]
-    provenance = {**_provenance(results, files), "cut_at_end_of_turn": {
-        "strings": stops, "responses": sum(len(a) != len(b) for (_, a), (_, b) in zip(scored, cut))}}
-    store = write_store(out, man, cut, name, provenance)
-    all_rows = [r for t in man["tasks"].values() for r in read_jsonl(next(iter(manifests)) / t["data"])]
-    store.declare([{"model": name, **{k: r[k] for k in ("dataset", "question_id", "variant")}} for r in all_rows],
-                  label="lmms-eval-export")
-    return store
-
-
-def _one_manifest(manifests: dict[Path, dict]) -> dict:
-    first, *rest = manifests.items()
-    for folder, man in rest:
-        if man["config"] != first[1]["config"]:
-            raise HarnessError(f"{folder}: exported for {man['config']}, but {first[0]} for {first[1]['config']}: "
-                               "import runs of one export (one store per study, model, dataset) at a time")
-    return first[1]
+    return import_samples(HARNESS, [(f, task_of(f)) for f in files], results, export, out, model, _check,
+                          harness_provenance(HARNESS, results, files, "lmms_eval_version", harness_model="config.model",
+                                             harness_model_backend="config.model_backend",
+                                             model_args="config.model_args"))

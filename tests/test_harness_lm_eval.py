@@ -1,0 +1,247 @@
+"""lm-evaluation-harness bridge (mmfragile.harness.lm_eval): export a study's grid of text-only questions as an lm-eval
+task group, import lm-eval's sample logs back into a result store that equals mmfragile's own run.
+
+The fast tests import sample logs written by a real lm-eval 0.4.13 run (tests/data/lm_eval_run/README.md says how they
+were made and cut) and compare every column with mmfragile's own run of the same requests (native_rows.json); the slow
+test does the whole round trip with the real tool (skips when scripts/install_lm_eval.sh has not run)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mmfragile.cli import main
+from mmfragile.harness.common import MANIFEST, HarnessError
+from mmfragile.harness.lm_eval import import_lm_eval, task_of
+from mmfragile.paths import lm_eval_venv
+from mmfragile.store import ResultStore
+
+RUN = Path(__file__).parent / "data" / "lm_eval_run"
+KEY = ["model", "dataset", "question_id", "variant"]
+GROUP = "mmfragile_format_bias_synthetic_text"
+MODEL = "zoo-smollm2-good"
+
+
+def _native() -> pd.DataFrame:
+    return pd.DataFrame(json.loads((RUN / "native_rows.json").read_text()))
+
+
+def _cells(col: pd.Series) -> list:
+    return [list(v) if hasattr(v, "__len__") and not isinstance(v, str) else v for v in col.tolist()]
+
+
+def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values(KEY).reset_index(drop=True)
+
+
+def _import(run: Path, tmp_path: Path) -> ResultStore:
+    return import_lm_eval([run], tmp_path / "store", export=RUN / "export")
+
+
+def test_import_equals_mmfragiles_own_run(tmp_path):
+    got, want = _sorted(_import(RUN / "run", tmp_path).read()), _sorted(_native())
+    assert len(got) == len(want) == 16
+    assert sorted(got.columns) == sorted(want.columns)  # every native column but option_logits
+    for col in want.columns:
+        assert _cells(got[col]) == _cells(want[col]), col
+    # planted truths of the log itself (hand-read from the sample lines): both tasks, every shift of a question
+    assert set(got["format"]) == {"uppercase-dot-line_break", "roman-bracket-comma"}
+    assert got["raw_output"].tolist() == want["raw_output"].tolist()
+
+
+def test_imported_config_is_the_native_one(tmp_path):
+    store = _import(RUN / "run", tmp_path)
+    cfg = store.config
+    native = json.loads((RUN / "native_config.json").read_text())
+    assert {k: v for k, v in cfg.items() if k != "run_info"} == {k: v for k, v in native.items() if k != "run_info"}
+    prov = cfg["run_info"]["provenance"][MODEL]
+    assert prov["harness"] == "lm-eval" and prov["harness_version"] == "0.4.13"
+    assert prov["harness_model"] == "hf-multimodal" and prov["device"] == "cpu"
+    assert "zoo-smollm2-caption-smollm2-answer" in prov["model_args"]
+    assert prov["transformers_version"] == "5.24.0"
+    assert store.check().complete and len(store) == 16
+
+
+def test_a_request_the_run_left_out_is_missing_in_the_manifest(tmp_path):
+    run = _copy_run(tmp_path)
+    log = _one_log(run)
+    lines = log.read_text().splitlines(True)
+    log.write_text("".join(lines[:3] + lines[4:]))  # doc_id 3 of the standard task not run (e.g. --limit)
+    store = _import(run, tmp_path)
+    check = store.check()
+    assert len(store) == 15 and not check.complete
+    row = json.loads((RUN / "export" / "data" / f"{GROUP}_uppercase_dot_line_break.jsonl").read_text().splitlines()[3])
+    assert check.missing.astype(str).values.tolist() == [[MODEL, row["dataset"], row["question_id"], row["variant"]]]
+
+
+def test_report_reads_the_imported_store(tmp_path):
+    from mmfragile.report import build_report
+
+    _import(RUN / "run", tmp_path)
+    rep = build_report([tmp_path / "store"], tmp_path / "report", n_boot=50)
+    assert Path(rep.html).is_file() and MODEL in Path(rep.markdown).read_text()
+
+
+def _copy_run(tmp_path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(RUN / "run", run)
+    return run
+
+
+def _one_log(run: Path) -> Path:
+    return sorted(run.rglob(f"samples_{GROUP}_uppercase_dot_line_break_*.jsonl"))[0]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: {**s, "doc_id": 999}, "doc_id 999 is not a row"),
+    (lambda s: {**s, "doc_id": "2"}, "doc_id '2' is not a row"),
+    (lambda s: {**s, "doc": {**s["doc"], "prompt": s["doc"]["prompt"] + " "}}, "logged doc's prompt is not"),
+    (lambda s: {**s, "doc": {**s["doc"], "variant": "numbers-dot-comma|s0"}}, "logged doc's variant is not"),
+    (lambda s: {k: v for k, v in s.items() if k != "doc"}, "no logged doc"),
+    (lambda s: {**s, "filtered_resps": [["A", "B"]]}, "is not one generated text"),
+])
+def test_unmatched_sample_is_an_error_naming_file_and_line(tmp_path, edit, message):
+    run = _copy_run(tmp_path)
+    log = _one_log(run)
+    lines = log.read_text().splitlines()
+    lines[2] = json.dumps(edit(json.loads(lines[2])))
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(HarnessError, match=message) as e:
+        _import(run, tmp_path)
+    assert f"{log}:3:" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_duplicate_doc_id_is_an_error(tmp_path):
+    run = _copy_run(tmp_path)
+    log = _one_log(run)
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines + [lines[0]]) + "\n")
+    with pytest.raises(HarnessError, match=f"{log}:{len(lines) + 1}: doc_id 0 already logged on line 1"):
+        _import(run, tmp_path)
+
+
+def test_a_line_that_is_no_json_is_an_error(tmp_path):
+    run = _copy_run(tmp_path)
+    log = _one_log(run)
+    log.write_text(log.read_text() + "{not json\n")
+    with pytest.raises(HarnessError, match=f"{log}:9: not a JSON line"):
+        _import(run, tmp_path)
+
+
+def test_wrong_input_is_one_line(tmp_path, capsys):
+    """What a user can pass by mistake: a folder without lm-eval logs, an lmms-eval log, a task of another export."""
+    (tmp_path / "empty").mkdir()
+    assert main(["import", "lm-eval", str(tmp_path / "empty"), "--out", str(tmp_path / "s1")]) == 2
+    err = capsys.readouterr().err
+    assert "no samples_*.jsonl under" in err and "--log_samples" in err and err.count("\n") == 1
+    lmms_log = next((Path(__file__).parent / "data" / "lmms_eval_run" / "run").rglob("*_samples_*standard.jsonl"))
+    with pytest.raises(HarnessError, match="not an lm-eval sample log"):
+        task_of(lmms_log)
+    assert main(["import", "lm-eval", str(lmms_log), "--out", str(tmp_path / "s2")]) == 2
+    assert "not an lm-eval sample log (samples_<task>_<date>.jsonl)" in capsys.readouterr().err
+    run = _copy_run(tmp_path)
+    log = _one_log(run)
+    log.rename(log.with_name(log.name.replace("uppercase_dot_line_break", "numbers_colon_comma")))
+    assert main(["import", "lm-eval", str(run), "--export", str(RUN / "export"), "--out", str(tmp_path / "s3")]) == 2
+    err = capsys.readouterr().err
+    assert f"task '{GROUP}_numbers_colon_comma' is not in" in err and err.count("\n") == 1
+
+
+def test_task_of_reads_lm_evals_file_names():
+    # evaluation_tracker.py: f"samples_{task_name}_{date_id}.jsonl", date_id = isoformat() with ":" -> "-"
+    assert task_of(Path(f"samples_{GROUP}_standard_2026-12-05T08-51-13.123456.jsonl")) == f"{GROUP}_standard"
+    assert task_of(Path("samples_a_b_c_2026-01-02T03-04-05.jsonl")) == "a_b_c"
+
+
+def _point_results_at(run: Path, export: Path) -> None:
+    """Rewrite results.json's data-file paths (the recording machine's /tmp) to ``export/data``."""
+    res = next(run.rglob("results_*.json"))
+    doc = json.loads(res.read_text())
+    for cfg in doc["configs"].values():
+        test = Path(cfg["dataset_kwargs"]["data_files"]["test"])
+        cfg["dataset_kwargs"]["data_files"]["test"] = str(export / "data" / test.name)
+    res.write_text(json.dumps(doc))
+
+
+def test_import_finds_the_export_from_results_json(tmp_path, capsys):
+    run, export = _copy_run(tmp_path), tmp_path / "export"
+    shutil.copytree(RUN / "export", export)
+    _point_results_at(run, export)
+    assert main(["import", "lm-eval", str(run), "--out", str(tmp_path / "store")]) == 0
+    assert "16 rows stored, 16 expected by the manifests - COMPLETE" in capsys.readouterr().out
+
+
+def test_import_without_export_folder_names_what_to_pass(tmp_path, capsys):
+    run = _copy_run(tmp_path)
+    _point_results_at(run, tmp_path / "moved")
+    assert main(["import", "lm-eval", str(run), "--out", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert "--export DIR" in err and f"samples_{GROUP}" in err and err.count("\n") == 1
+
+
+def test_export_writes_the_task_group(tmp_path):
+    out = tmp_path / "export"
+    assert main(["export", "lm-eval", "--model", MODEL, "--dataset", "synthetic-text",
+                 "--formats", "uppercase-dot-line_break,numbers-colon-comma", "--out", str(out)]) == 0
+    man = json.loads((out / MANIFEST).read_text())
+    assert man["group"] == GROUP and man["model"] == MODEL and man["harness"] == "lm-eval"
+    assert (out / f"{GROUP}.yaml").read_text().splitlines()[2:] == [f"- {t}" for t in sorted(man["tasks"])]
+    assert sorted(man["tasks"]) == [f"{GROUP}_numbers_colon_comma", f"{GROUP}_standard",
+                                    f"{GROUP}_uppercase_dot_line_break"]
+    rows = [json.loads(x) for x in (out / man["tasks"][f"{GROUP}_numbers_colon_comma"]["data"]).read_text().splitlines()]
+    n_opts = {r["question_id"]: r["n_options"] for r in rows}
+    assert len(n_opts) == 10 and len(rows) == sum(n_opts.values())  # every circular shift is a row
+    # text-0000 "What is 4 plus 8?" options [14, 4, 12], answer 12: shift 1 rotates them to [4, 12, 14]
+    row = next(r for r in rows if r["question_id"] == "text-0000" and r["shift"] == 1)
+    assert row["variant"] == "numbers-colon-comma|s1" and row["option_ids"] == ["1", "2", "3"]
+    assert row["answer_id"] == "2" and row["images"] == [] and row["modality"] == "text"
+    assert row["prompt"].startswith("What is 4 plus 8?\n1: 4, 2: 12, 3: 14\n")
+    task_yaml = (out / f"{GROUP}_numbers_colon_comma.yaml").read_text()
+    for line in ("output_type: generate_until", "  until: []", "  max_gen_toks: 1", "  do_sample: false",
+                 "process_results: !function utils.process_results", f'    test: "{out / "data"}/'):
+        assert line in task_yaml, line
+    assert "doc_to_visual" not in task_yaml and "PIL" not in (out / "utils.py").read_text()
+
+
+def test_export_refuses_questions_with_images(tmp_path, capsys):
+    rc = main(["export", "lm-eval", "--model", MODEL, "--dataset", "easy-vqa", "--n", "2", "--formats",
+               "uppercase-dot-comma", "--out", str(tmp_path / "x")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "easy-vqa has questions with images (8 of 8 requests" in err and "synthetic-text" in err
+    assert err.count("\n") == 1 and not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (lm_eval_venv() / "bin" / "lm_eval").exists(),
+                    reason=f"no lm-eval venv at {lm_eval_venv()}: run scripts/install_lm_eval.sh")
+def test_round_trip_with_real_lm_eval(tmp_path):
+    """export -> lm_eval (hf, CPU, chat template) -> import equals run_study on the same questions and formats; the
+    model is the embedded text LM ``smollm2`` (SmolLM2-135M-Instruct), which lm-eval's ``hf`` class loads."""
+    from mmfragile.models.embedded import embedded_model_path
+    from mmfragile.study import run_study
+
+    formats = ["roman-bracket-comma"]
+    export, runs = tmp_path / "export", tmp_path / "runs"
+    assert main(["export", "lm-eval", "--model", "smollm2", "--dataset", "synthetic-text",
+                 "--formats", ",".join(formats), "--standard-format", "none", "--out", str(export)]) == 0
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    subprocess.run([str(lm_eval_venv() / "bin" / "lm_eval"), "--model", "hf", "--model_args",
+                    f"pretrained={embedded_model_path('smollm2')}", "--device", "cpu", "--apply_chat_template",
+                    "--include_path", str(export), "--tasks", GROUP, "--batch_size", "1",
+                    "--log_samples", "--output_path", str(runs)], check=True, env=env, cwd=tmp_path, timeout=3000)
+    assert main(["import", "lm-eval", str(runs), "--out", str(tmp_path / "store")]) == 0
+    got = _sorted(ResultStore(tmp_path / "store").read())
+    native = run_study("format-bias", "smollm2", "synthetic-text", formats=formats, standard_format="none",
+                       out=tmp_path / "native", progress=False).stores["grid"].read()
+    want = _sorted(native.drop(columns=["option_logits"]))
+    assert len(got) == len(want) == 34
+    assert got["raw_output"].tolist() == want["raw_output"].tolist()
+    pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False)
+    assert ResultStore(tmp_path / "store").config == {**ResultStore(tmp_path / "native").config,
+                                                      "run_info": ResultStore(tmp_path / "store").config["run_info"]}
