@@ -12,8 +12,10 @@ Commands
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded models, the model zoo and data once (offline)
   report      a fragility report (report.html, report.md, report.json) of result stores of any study
-  export      a study's grid as another harness' tasks (export lmms-eval ...: an lmms-eval task group)
-  import      another harness' logs as a result store (import lmms-eval RUN_DIR... --out STORE)
+  export      a study's grid as another harness' tasks (export lmms-eval ...: an lmms-eval task group;
+              export vlmevalkit ...: VLMEvalKit custom dataset TSVs)
+  import      another harness' logs as a result store (import lmms-eval RUN_DIR... --out STORE;
+              import vlmevalkit PRED_FILE... --out STORE)
 """
 from __future__ import annotations
 
@@ -344,72 +346,103 @@ def _main(argv: list[str]) -> int:
 
 
 def _add_export_args(sub) -> None:
-    """``export lmms-eval``: a study's grid as an lmms-eval task group (mmfragile.harness.lmms_eval)."""
-    ex = sub.add_parser("export", help="a study's grid as another harness' tasks (lmms-eval)")
+    """``export lmms-eval`` / ``export vlmevalkit``: a study's grid as another harness' tasks
+    (mmfragile.harness.lmms_eval, mmfragile.harness.vlmevalkit)."""
+    ex = sub.add_parser("export", help="a study's grid as another harness' tasks (lmms-eval, vlmevalkit)")
     harness = ex.add_subparsers(dest="harness", required=True)
-    p = harness.add_parser("lmms-eval", help="an lmms-eval task group: run it with lmms-eval --include_path OUT",
-                           description="Write an lmms-eval task group of a study's grid (one task per prompt "
-                                       "variant, circular shifts as rows, mmfragile's keys in the data files, "
-                                       "mmfragile's scoring in utils.py); run it with `lmms-eval --include_path "
-                                       "OUT --tasks GROUP --log_samples --output_path RUN`, read it back with "
-                                       "`mmfragile import lmms-eval RUN --out STORE` (docs/harnesses.md).")
-    p.add_argument("--study", default="format-bias", choices=["format-bias"], help="the study (default format-bias)")
-    p.add_argument("--model", required=True,
-                   help="the model lmms-eval will run (checkpoint folder, zoo or embedded name): its tokenizer sizes "
-                        "each variant's answer budget and its name names the imported store")
-    p.add_argument("--dataset", default="easy-vqa", help="dataset spec (python -m mmfragile benchmarks lists them)")
-    p.add_argument("--n", type=int, default=None, help="questions (default: all)")
-    p.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 of Table 1)")
-    p.add_argument("--standard-format", default=None,
-                   help="format of the 'standard' variant where Table 5 has none, 'none' to leave it out")
-    p.add_argument("--out", required=True, help="folder for the task YAMLs, data files, utils.py and manifest")
+    lmms = harness.add_parser("lmms-eval", help="an lmms-eval task group: run it with lmms-eval --include_path OUT",
+                              description="Write an lmms-eval task group of a study's grid (one task per prompt "
+                                          "variant, circular shifts as rows, mmfragile's keys in the data files, "
+                                          "mmfragile's scoring in utils.py); run it with `lmms-eval --include_path "
+                                          "OUT --tasks GROUP --log_samples --output_path RUN`, read it back with "
+                                          "`mmfragile import lmms-eval RUN --out STORE` (docs/harnesses.md).")
+    vlm = harness.add_parser("vlmevalkit", help="VLMEvalKit custom datasets: run them with LMUData=OUT run.py --data",
+                             description="Write a study's grid as VLMEvalKit custom VQA datasets (OUT/NAME.tsv, one "
+                                         "per answer budget: every prompt variant and circular shift a row whose "
+                                         "`question` is mmfragile's rendered prompt, mmfragile's keys as extra "
+                                         "columns); run them with `LMUData=OUT python run.py --data NAME --model M "
+                                         "--mode infer`, read the predictions back with `mmfragile import "
+                                         "vlmevalkit PRED_FILE --export OUT --out STORE` (docs/harnesses.md).")
+    for p, tool in ((lmms, "lmms-eval"), (vlm, "VLMEvalKit")):
+        p.add_argument("--study", default="format-bias", choices=["format-bias"],
+                       help="the study (default format-bias)")
+        p.add_argument("--model", required=True,
+                       help=f"the model {tool} will run (checkpoint folder, zoo or embedded name): its tokenizer "
+                            "sizes each variant's answer budget and its name names the imported store")
+        p.add_argument("--dataset", default="easy-vqa", help="dataset spec (python -m mmfragile benchmarks lists them)")
+        p.add_argument("--n", type=int, default=None, help="questions (default: all)")
+        p.add_argument("--formats", default=None, help="comma-separated format names (default: all 48 of Table 1)")
+        p.add_argument("--standard-format", default=None,
+                       help="format of the 'standard' variant where Table 5 has none, 'none' to leave it out")
+    lmms.add_argument("--out", required=True, help="folder for the task YAMLs, data files, utils.py and manifest")
+    vlm.add_argument("--out", required=True, help="folder for the TSVs (VLMEvalKit's $LMUData), data files and "
+                                                  "manifest")
 
 
 def _export(a: argparse.Namespace) -> int:
     from mmfragile.harness.lmms_eval import export_lmms_eval
+    from mmfragile.harness.vlmevalkit import export_vlmevalkit
     from mmfragile.study import csv_list
 
     params = {"formats": csv_list(a.formats) if a.formats else None, "standard_format": a.standard_format}
+    export = export_lmms_eval if a.harness == "lmms-eval" else export_vlmevalkit
     try:
-        man = export_lmms_eval(a.study, a.model, a.dataset, a.out, n=a.n, **params)
+        man = export(a.study, a.model, a.dataset, a.out, n=a.n, **params)
     except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
-    rows = sum(t["rows"] for t in man["tasks"].values())
-    print(f"{a.out}: group {man['group']}, {len(man['tasks'])} tasks, {rows} requests\n"
-          f"run: lmms-eval --model llava_hf --model_args pretrained=CHECKPOINT,device_map=cpu --include_path "
-          f"{a.out} --tasks {man['group']} --log_samples --output_path RUN_DIR")
+    if a.harness == "lmms-eval":
+        rows = sum(t["rows"] for t in man["tasks"].values())
+        print(f"{a.out}: group {man['group']}, {len(man['tasks'])} tasks, {rows} requests\n"
+              f"run: lmms-eval --model llava_hf --model_args pretrained=CHECKPOINT,device_map=cpu --include_path "
+              f"{a.out} --tasks {man['group']} --log_samples --output_path RUN_DIR")
+        return 0
+    sets = man["datasets"]
+    print(f"{a.out}: {len(sets)} VLMEvalKit datasets, {sum(d['rows'] for d in sets.values())} requests")
+    for name, d in sets.items():
+        print(f"run: LMUData={a.out} python run.py --data {name} --model MODEL --mode infer --work-dir RUN_DIR"
+              f"  (MODEL generating at most {d['max_new_tokens']} new token{'s' if d['max_new_tokens'] > 1 else ''})")
     return 0
 
 
 def _add_import_args(sub) -> None:
-    """``import lmms-eval``: lmms-eval's sample logs of an exported group as a result store."""
-    im = sub.add_parser("import", help="another harness' logs as a result store (lmms-eval)")
+    """``import lmms-eval`` / ``import vlmevalkit``: another harness' outputs of an exported grid as a result store."""
+    im = sub.add_parser("import", help="another harness' logs as a result store (lmms-eval, vlmevalkit)")
     harness = im.add_subparsers(dest="harness", required=True)
     p = harness.add_parser("lmms-eval", help="lmms-eval runs of an exported group -> a result store",
                            description="Read lmms-eval's results.json and *_samples_*.jsonl (joined to the exported "
                                        "data files on doc_id) into the study's result store; `mmfragile report "
                                        "STORE` reads it.")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="lmms-eval --output_path folders (or sample files)")
-    p.add_argument("--out", required=True, help="the result store to create")
     p.add_argument("--export", default=None, metavar="DIR",
                    help="the folder `mmfragile export` wrote (default: found from results.json's data files)")
-    p.add_argument("--model", default=None, help="name of the model in the store (default: the export's --model)")
+    v = harness.add_parser("vlmevalkit", help="VLMEvalKit prediction files of an exported grid -> a result store",
+                           description="Read VLMEvalKit's prediction files (<model>_<dataset>.xlsx/.tsv/.csv/.json, "
+                                       "column `prediction`, joined to the exported rows on `index`) into the "
+                                       "study's result store; `mmfragile report STORE` reads it.")
+    v.add_argument("runs", nargs="+", metavar="PRED_FILE",
+                   help="prediction files (or VLMEvalKit --work-dir folders holding them)")
+    v.add_argument("--export", default=None, metavar="DIR",
+                   help="the folder `mmfragile export vlmevalkit` wrote (default: $LMUData)")
+    for q in (p, v):
+        q.add_argument("--out", required=True, help="the result store to create")
+        q.add_argument("--model", default=None, help="name of the model in the store (default: the export's --model)")
 
 
 def _import(a: argparse.Namespace) -> int:
     from mmfragile.harness.common import HarnessError
     from mmfragile.harness.lmms_eval import import_lmms_eval
+    from mmfragile.harness.vlmevalkit import import_vlmevalkit
     from mmfragile.store import ConfigMismatch
 
+    read = import_lmms_eval if a.harness == "lmms-eval" else import_vlmevalkit
     try:
-        store = import_lmms_eval(a.runs, a.out, export=a.export, model=a.model)
+        store = read(a.runs, a.out, export=a.export, model=a.model)
     except (HarnessError, ConfigMismatch) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     print(store.check())
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
