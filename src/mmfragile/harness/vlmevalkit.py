@@ -232,7 +232,7 @@ def _joined(path: Path, table: pd.DataFrame, rows: list[dict]) -> list[tuple[dic
         if "question" in rec and _text(rec["question"]) != row["prompt"]:
             raise HarnessError(f"{where}: the question of index {idx} is not the exported prompt "
                                f"({row['question_id']}, {row['variant']}): the run used another export")
-        out.append((row, _text(rec["prediction"])))
+        out.append(({k: v for k, v in row.items() if k != "index"}, _text(rec["prediction"])))  # index: no key
     return out
 
 
