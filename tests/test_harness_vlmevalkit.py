@@ -317,3 +317,64 @@ def test_report_reads_the_imported_store(export, tmp_path):
                       export=export)
     rep = build_report([tmp_path / "store"], tmp_path / "report", n_boot=20)
     assert Path(rep.html).is_file() and "zoo-gemma3-good" in Path(rep.markdown).read_text()
+
+
+# ============================================================================================== a real run
+RUN = Path(__file__).parent / "data" / "vlmevalkit_run"
+STORE_KEY = ["model", "dataset", "question_id", "variant"]
+
+
+def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values(STORE_KEY).reset_index(drop=True)
+
+
+def _cells(col: pd.Series) -> list:
+    return [list(v) if hasattr(v, "__len__") and not isinstance(v, str) else v for v in col.tolist()]
+
+
+def test_real_run_imports_equal_to_mmfragiles_own_run(tmp_path):
+    """VLMEvalKit's run.py on the zoo model (tests/data/vlmevalkit_run/README.md): every column of the imported
+    store equals mmfragile's own run of the same 20 requests, raw outputs included."""
+    store = import_vlmevalkit([RUN / "run"], tmp_path / "store", export=RUN / "export")
+    got, want = _sorted(store.read()), _sorted(pd.DataFrame(json.loads((RUN / "native_rows.json").read_text())))
+    assert len(got) == len(want) == 20 and sorted(got.columns) == sorted(want.columns)
+    for col in want.columns:
+        assert _cells(got[col]) == _cells(want[col]), col
+    native = json.loads((RUN / "native_config.json").read_text())
+    assert {k: v for k, v in store.config.items() if k != "run_info"} == \
+        {k: v for k, v in native.items() if k != "run_info"}
+    prov = store.config["run_info"]["provenance"]["zoo-gemma3-good"]
+    assert prov["harness_model"] == "ZooGemma3CPU" and "--mode infer" in prov["run_argv"]
+    assert prov["harness_version"].startswith("not recorded")  # ms-vlmeval's status.json: "commit": ""
+
+
+VLM_VENV = Path(os.environ.get("MMFRAGILE_VLMEVALKIT_VENV",
+                               Path(os.environ.get("MMFRAGILE_CACHE", Path.home() / ".cache" / "mmfragile"))
+                               / "vlmevalkit-venv"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (VLM_VENV / ".mmfragile-vlmevalkit").exists(),
+                    reason=f"no VLMEvalKit venv at {VLM_VENV}: run scripts/install_vlmevalkit.sh")
+def test_round_trip_with_real_vlmevalkit(tmp_path):
+    """export -> VLMEvalKit's run.py (scripts/vlmevalkit_cpu_run.py, CPU) -> import equals run_study."""
+    from mmfragile.models.zoo import zoo_model_path
+    from mmfragile.study import run_study
+
+    formats = ["uppercase-dot-line_break"]
+    export, work = tmp_path / "export", tmp_path / "work"
+    assert main(["export", "vlmevalkit", "--model", "zoo-gemma3-good", "--dataset", "easy-vqa", "--n", "3",
+                 "--formats", ",".join(formats), "--standard-format", "none", "--out", str(export)]) == 0
+    env = {**os.environ, "LMUData": str(export), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    subprocess.run([str(VLM_VENV / "bin" / "python"), str(Path(__file__).parents[1] / "scripts" /
+                    "vlmevalkit_cpu_run.py"), "--model-path", str(zoo_model_path("zoo-gemma3-good")),
+                    "--name", "ZooGemma3CPU", "--max-new-tokens", "1", "--", "--data", NAME, "--mode", "infer",
+                    "--work-dir", str(work)], check=True, env=env, cwd=tmp_path, timeout=3000)
+    assert main(["import", "vlmevalkit", str(work), "--export", str(export), "--out", str(tmp_path / "store")]) == 0
+    got = _sorted(ResultStore(tmp_path / "store").read())
+    native = run_study("format-bias", "zoo-gemma3-good", "easy-vqa", n=3, formats=formats, standard_format="none",
+                       out=tmp_path / "native", progress=False).stores["grid"].read()
+    want = _sorted(native.drop(columns=["option_logits"]))
+    assert len(got) == len(want) > 0
+    assert got["raw_output"].tolist() == want["raw_output"].tolist()
+    pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False)

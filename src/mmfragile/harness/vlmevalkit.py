@@ -248,7 +248,8 @@ def _provenance(files: list[Path], harness_models: list[str]) -> dict[str, Any]:
                 pass
             break
     return {"harness": HARNESS,
-            "harness_version": str(status.get("commit") or "not recorded: prediction files carry no version"),
+            "harness_version": str(status.get("commit") or "not recorded: the prediction files carry none and "
+                                   "status.json's commit is empty (a pip install) or absent"),
             "harness_model": ", ".join(sorted(set(harness_models))),
             "run_argv": " ".join(map(str, status.get("argv", []))) or "not recorded",
             "status_json": status.get("path", "not found"), "prediction_files": [str(f) for f in files]}
