@@ -12,8 +12,8 @@ Commands
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded models, the model zoo and data once (offline)
   report      a fragility report (report.html, report.md, report.json) of result stores of any study
-  export      a study's grid as another harness' tasks (export lmms-eval|lm-eval ...: a task group)
-  import      another harness' logs as a result store (import lmms-eval|lm-eval RUN_DIR... --out STORE)
+  export      a study's grid as another harness' tasks (export lmms-eval|lm-eval|vlmevalkit ...)
+  import      another harness' outputs as a result store (import lmms-eval|lm-eval|vlmevalkit RUN... --out STORE)
 """
 from __future__ import annotations
 

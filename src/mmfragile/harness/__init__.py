@@ -39,4 +39,8 @@ BRIDGES: dict[str, Bridge] = {b.name: b for b in (
     Bridge("lm-eval", "lm_eval", "an lm-evaluation-harness task group of text-only questions",
            "lm-eval's results_*.json and samples_*.jsonl (joined to the exported data files on doc_id)",
            "RUN_DIR", "lm_eval --output_path folders (or sample files)", default_dataset="synthetic-text"),
+    Bridge("vlmevalkit", "vlmevalkit", "VLMEvalKit custom VQA datasets (TSV, the rendered prompt as the question)",
+           "VLMEvalKit's prediction files (<model>_<dataset>.xlsx/.tsv/.csv/.json, column `prediction`, joined to "
+           "the exported rows on `index`)", "PRED_FILE",
+           "prediction files (or VLMEvalKit --work-dir folders holding them)"),
 )}

@@ -392,11 +392,7 @@ def import_samples(harness: str, logs: Sequence[tuple[Path, str]], results: Sequ
         scored += joined(f, read_jsonl(folder / man["tasks"][task]["data"]), check)
     man = one_manifest(manifests)
     name = model or man["model"]
-    stops = man.get("stop_strings", [])
-    cut = [(row, until_stop(raw, stops)) for row, raw in scored]
-    provenance = {**provenance, "cut_at_end_of_turn": {
-        "strings": stops, "responses": sum(len(a) != len(b) for (_, a), (_, b) in zip(scored, cut))}}
-    store = write_store(out, man, cut, name, provenance)
+    store = write_store(out, man, scored, name, provenance)
     all_rows = [r for t in man["tasks"].values() for r in read_jsonl(next(iter(manifests)) / t["data"])]
     store.declare([{"model": name, **{k: r[k] for k in ("dataset", "question_id", "variant")}} for r in all_rows],
                   label=f"{harness}-export")
@@ -414,8 +410,9 @@ def one_manifest(manifests: Mapping[Path, dict]) -> dict:
 
 def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[tuple[dict, str]], model: str,
                 provenance: Mapping[str, Any]) -> ResultStore:
-    """The result store of ``scored`` = (exported row, raw output) pairs: every row scored by the study's own
-    score function, under the config of a native run (``model`` names the run as ``--model`` would)."""
+    """The result store of ``scored`` = (exported row, raw output) pairs: every output cut at the model's end of
+    turn (:func:`until_stop`; the provenance counts the outputs cut) and scored by the study's own score function,
+    under the config of a native run (``model`` names the run as ``--model`` would)."""
     from mmfragile.study import get_study, tag
 
     study = get_study(manifest["study"])
@@ -425,11 +422,15 @@ def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[t
     store = ResultStore(out, config=config, run_info=manifest["run_info"] or None)
     if len(store):
         raise HarnessError(f"{out}: the store already holds {len(store)} rows; import into a new folder")
+    stops = manifest.get("stop_strings", [])
+    cut = [(row, until_stop(raw, stops)) for row, raw in scored]
+    n_cut = sum(len(raw) != len(kept) for (_, raw), (_, kept) in zip(scored, cut))
     # the checkpoint and dataset hashes of the export's model, then what the harness ran
-    store.merge_run_info("provenance", {model: {**manifest.get("provenance", {}), **provenance}})
+    store.merge_run_info("provenance", {model: {**manifest.get("provenance", {}), **provenance,
+                                                "cut_at_end_of_turn": {"strings": stops, "responses": n_cut}}})
     rows = []
     cls = item_class(manifest)
-    for row, raw in scored:
+    for row, raw in cut:
         it = row_item(row, cls)
         rows.append({"model": model, **it.key, "raw_output": raw, "option_ids": list(it.option_ids),
                      "answer_id": it.answer_id, **score(row, raw)})
