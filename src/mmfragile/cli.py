@@ -400,7 +400,7 @@ def _export(a: argparse.Namespace) -> int:
     sets = man["datasets"]
     print(f"{a.out}: {len(sets)} VLMEvalKit datasets, {sum(d['rows'] for d in sets.values())} requests")
     for name, d in sets.items():
-        print(f"run: LMUData={a.out} python run.py --data {name} --model MODEL --mode infer --work-dir RUN_DIR"
+        print(f"run: LMUData={a.out} python -m vlmeval.run --data {name} --model MODEL --mode infer --work-dir RUN_DIR"
               f"  (MODEL generating at most {d['max_new_tokens']} new token{'s' if d['max_new_tokens'] > 1 else ''})")
     return 0
 
