@@ -5,8 +5,11 @@
 # (~/.cache/mmfragile/vlmevalkit-venv) - the place the round-trip test looks.
 # Contents (pinned):
 #   * torch 2.14.1 + torchvision 0.29.1 (the project's pair) and transformers 5.24.0 (what mmfragile runs on);
-#   * ms-vlmeval 0.0.20 from PyPI (VLMEvalKit's package: `vlmeval`, its run.py as the `vlmutil`/`run.py` entry);
-#   * mmfragile itself (editable, --no-deps): not needed by VLMEvalKit, but the round-trip test imports from the venv.
+#   * ms-vlmeval 0.0.20 from PyPI (VLMEvalKit packaged: `vlmeval`, its run.py as `python -m vlmeval.run`), with
+#     its ~60 dependencies (8 min here with the downloads cached; a first try over 25 min on a busy machine);
+#   * mmfragile itself (editable, --no-deps): VLMEvalKit does not need it (mmfragile scores on import).
+# Run the exported datasets with VLMEvalKit's run.py; on a machine without CUDA use scripts/vlmevalkit_cpu_run.py
+# (VLMEvalKit's own transformers classes put the model on a GPU; docs/harnesses.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${MMFRAGILE_CACHE:-$HOME/.cache/mmfragile}"

@@ -149,11 +149,11 @@ def _expected(row: dict) -> dict:
             "selected_position": row["option_ids"].index(pred) if kind in (0, 1) else -1}
 
 
-def _prediction_table(export: Path, name: str = NAME) -> pd.DataFrame:
+def _prediction_table(export: Path) -> pd.DataFrame:
     """VLMEvalKit's infer_data_job: the dataset's table less `image`, plus `prediction` (str of each answer)."""
-    data = _load_tsv(export / f"{name}.tsv")
-    rows = {r["index"]: r for r in _rows(export)} if name == NAME else None
-    data["prediction"] = [str(_planted(rows[i])) for i in data["index"]] if rows else ["" for _ in data["index"]]
+    data = _load_tsv(export / f"{NAME}.tsv")
+    rows = {r["index"]: r for r in _rows(export)}
+    data["prediction"] = [str(_planted(rows[i])) for i in data["index"]]
     return data.drop(columns=["image"])
 
 
@@ -269,13 +269,11 @@ def test_prediction_text_is_kept_as_text(export, tmp_path):
     i = next(r["index"] for r in rows if r["option_id_set"] == "numbers")
     table = _set(_set(_prediction_table(export), i, "prediction", "1"), 0, "prediction", "None")
     store = import_vlmevalkit([_dump(table, tmp_path / f"M_{NAME}.tsv")], tmp_path / "store", export=export)
-    got = store.read().set_index("variant")
     by_q = {(r["question_id"], r["variant"]): r for r in store.read().to_dict("records")}
-    row = rows[i]
-    assert by_q[(row["question_id"], row["variant"])]["raw_output"] == "1"
-    assert by_q[(row["question_id"], row["variant"])]["covered"]
-    assert by_q[(rows[0]["question_id"], rows[0]["variant"])]["raw_output"] == "None"
-    assert len(got) == len(rows)
+    assert len(by_q) == len(rows)
+    one, none = by_q[(rows[i]["question_id"], rows[i]["variant"])], by_q[(rows[0]["question_id"], rows[0]["variant"])]
+    assert (one["raw_output"], one["covered"], one["selected_position"]) == ("1", True, 0)
+    assert (none["raw_output"], none["covered"], none["selected_position"]) == ("None", False, -1)
 
 
 def test_cli_import_finds_run_files_under_the_work_dir_and_the_export_in_lmudata(export, tmp_path, capsys,
