@@ -127,7 +127,8 @@ def run_hint(manifest: dict[str, Any], out: str | Path) -> str:
     sets = manifest["datasets"]
     lines = [f"{out}: {len(sets)} VLMEvalKit datasets, {sum(d['rows'] for d in sets.values())} requests"]
     for name, d in sets.items():
-        lines.append(f"run: LMUData={out} python -m vlmeval.run --data {name} --model MODEL --mode infer --work-dir RUN_DIR"
+        lines.append(f"run: LMUData={out} python -m vlmeval.run --data {name} --model MODEL --mode infer "
+                     "--work-dir RUN_DIR"
                      f"  (MODEL generating at most {d['max_new_tokens']} new token"
                      f"{'s' if d['max_new_tokens'] > 1 else ''})")
     return "\n".join(lines)
