@@ -64,6 +64,8 @@ def test_imported_config_is_the_native_one(tmp_path):
     assert prov["harness_model"] == "hf-multimodal" and prov["device"] == "cpu"
     assert "zoo-smollm2-caption-smollm2-answer" in prov["model_args"]
     assert prov["transformers_version"] == "5.24.0"
+    # lm-eval stops at the end of turn itself (generation_config eos, special tokens not decoded): nothing to cut
+    assert prov["cut_at_end_of_turn"]["responses"] == 0
     assert store.check().complete and len(store) == 16
 
 
@@ -190,10 +192,12 @@ def test_export_writes_the_task_group(tmp_path):
                  "--formats", "uppercase-dot-line_break,numbers-colon-comma", "--out", str(out)]) == 0
     man = json.loads((out / MANIFEST).read_text())
     assert man["group"] == GROUP and man["model"] == MODEL and man["harness"] == "lm-eval"
+    assert man["stop_strings"] == ["<|im_end|>"]  # SmolLM2's end of turn, cut at on import
     assert (out / f"{GROUP}.yaml").read_text().splitlines()[2:] == [f"- {t}" for t in sorted(man["tasks"])]
     assert sorted(man["tasks"]) == [f"{GROUP}_numbers_colon_comma", f"{GROUP}_standard",
                                     f"{GROUP}_uppercase_dot_line_break"]
-    rows = [json.loads(x) for x in (out / man["tasks"][f"{GROUP}_numbers_colon_comma"]["data"]).read_text().splitlines()]
+    data = out / man["tasks"][f"{GROUP}_numbers_colon_comma"]["data"]
+    rows = [json.loads(x) for x in data.read_text().splitlines()]
     n_opts = {r["question_id"]: r["n_options"] for r in rows}
     assert len(n_opts) == 10 and len(rows) == sum(n_opts.values())  # every circular shift is a row
     # text-0000 "What is 4 plus 8?" options [14, 4, 12], answer 12: shift 1 rotates them to [4, 12, 14]
