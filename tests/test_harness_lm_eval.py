@@ -2,134 +2,67 @@
 task group, import lm-eval's sample logs back into a result store that equals mmfragile's own run.
 
 The fast tests import sample logs written by a real lm-eval 0.4.13 run (tests/data/lm_eval_run/README.md says how they
-were made and cut) and compare every column with mmfragile's own run of the same requests (native_rows.json); the slow
+were made and cut; test_harness_imports.py compares every column with mmfragile's own run, native_rows.json); the slow
 test does the whole round trip with the real tool (skips when scripts/install_lm_eval.sh has not run)."""
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from harness_runs import LM_EVAL_GROUP, RUNS, by_key
 
 from mmfragile.cli import main
 from mmfragile.harness.common import MANIFEST, HarnessError
-from mmfragile.harness.lm_eval import import_lm_eval, task_of
+from mmfragile.harness.lm_eval import task_of
 from mmfragile.paths import lm_eval_venv
 from mmfragile.store import ResultStore
 
 RUN = Path(__file__).parent / "data" / "lm_eval_run"
-KEY = ["model", "dataset", "question_id", "variant"]
-GROUP = "mmfragile_format_bias_synthetic_text"
+GROUP = LM_EVAL_GROUP
 MODEL = "zoo-smollm2-good"
-
-
-def _native() -> pd.DataFrame:
-    return pd.DataFrame(json.loads((RUN / "native_rows.json").read_text()))
-
-
-def _cells(col: pd.Series) -> list:
-    return [list(v) if hasattr(v, "__len__") and not isinstance(v, str) else v for v in col.tolist()]
-
-
-def _sorted(df: pd.DataFrame) -> pd.DataFrame:
-    return df.sort_values(KEY).reset_index(drop=True)
+LM = next(r for r in RUNS if r.harness == "lm-eval")
 
 
 def _import(run: Path, tmp_path: Path) -> ResultStore:
-    return import_lm_eval([run], tmp_path / "store", export=RUN / "export")
+    return LM.import_(run, tmp_path)
 
 
-def test_import_equals_mmfragiles_own_run(tmp_path):
-    got, want = _sorted(_import(RUN / "run", tmp_path).read()), _sorted(_native())
-    assert len(got) == len(want) == 16
-    assert sorted(got.columns) == sorted(want.columns)  # every native column but option_logits
-    for col in want.columns:
-        assert _cells(got[col]) == _cells(want[col]), col
-    # planted truths of the log itself (hand-read from the sample lines): both tasks, every shift of a question
+def test_imported_rows_hold_both_tasks_the_run_asked(tmp_path):
+    # planted truths of the log itself (hand-read from the sample lines): the two exported formats' tasks
+    got = _import(RUN / "run", tmp_path).read()
     assert set(got["format"]) == {"uppercase-dot-line_break", "roman-bracket-comma"}
-    assert got["raw_output"].tolist() == want["raw_output"].tolist()
+    assert got.groupby("format").size().tolist() == [8, 8]
 
 
-def test_imported_config_is_the_native_one(tmp_path):
-    store = _import(RUN / "run", tmp_path)
-    cfg = store.config
-    native = json.loads((RUN / "native_config.json").read_text())
-    assert {k: v for k, v in cfg.items() if k != "run_info"} == {k: v for k, v in native.items() if k != "run_info"}
-    prov = cfg["run_info"]["provenance"][MODEL]
-    assert prov["harness"] == "lm-eval" and prov["harness_version"] == "0.4.13"
-    assert prov["harness_model"] == "hf-multimodal" and prov["device"] == "cpu"
+def test_provenance_names_lm_evals_model_class_device_and_versions(tmp_path):
+    prov = _import(RUN / "run", tmp_path).config["run_info"]["provenance"][MODEL]
+    assert prov["harness_version"] == "0.4.13" and prov["harness_model"] == "hf-multimodal"
+    assert prov["device"] == "cpu" and prov["transformers_version"] == "5.24.0"
     assert "zoo-smollm2-caption-smollm2-answer" in prov["model_args"]
-    assert prov["transformers_version"] == "5.24.0"
     # lm-eval stops at the end of turn itself (generation_config eos, special tokens not decoded): nothing to cut
     assert prov["cut_at_end_of_turn"]["responses"] == 0
-    assert store.check().complete and len(store) == 16
-
-
-def test_a_request_the_run_left_out_is_missing_in_the_manifest(tmp_path):
-    run = _copy_run(tmp_path)
-    log = _one_log(run)
-    lines = log.read_text().splitlines(True)
-    log.write_text("".join(lines[:3] + lines[4:]))  # doc_id 3 of the standard task not run (e.g. --limit)
-    store = _import(run, tmp_path)
-    check = store.check()
-    assert len(store) == 15 and not check.complete
-    row = json.loads((RUN / "export" / "data" / f"{GROUP}_uppercase_dot_line_break.jsonl").read_text().splitlines()[3])
-    assert check.missing.astype(str).values.tolist() == [[MODEL, row["dataset"], row["question_id"], row["variant"]]]
-
-
-def test_report_reads_the_imported_store(tmp_path):
-    from mmfragile.report import build_report
-
-    _import(RUN / "run", tmp_path)
-    rep = build_report([tmp_path / "store"], tmp_path / "report", n_boot=50)
-    assert Path(rep.html).is_file() and MODEL in Path(rep.markdown).read_text()
-
-
-def _copy_run(tmp_path) -> Path:
-    run = tmp_path / "run"
-    shutil.copytree(RUN / "run", run)
-    return run
-
-
-def _one_log(run: Path) -> Path:
-    return sorted(run.rglob(f"samples_{GROUP}_uppercase_dot_line_break_*.jsonl"))[0]
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda s: {**s, "doc_id": 999}, "doc_id 999 is not a row"),
     (lambda s: {**s, "doc_id": "2"}, "doc_id '2' is not a row"),
     (lambda s: {**s, "doc": {**s["doc"], "prompt": s["doc"]["prompt"] + " "}}, "logged doc's prompt is not"),
     (lambda s: {**s, "doc": {**s["doc"], "variant": "numbers-dot-comma|s0"}}, "logged doc's variant is not"),
     (lambda s: {k: v for k, v in s.items() if k != "doc"}, "no logged doc"),
-    (lambda s: {**s, "filtered_resps": [["A", "B"]]}, "is not one generated text"),
 ])
-def test_unmatched_sample_is_an_error_naming_file_and_line(tmp_path, edit, message):
-    run = _copy_run(tmp_path)
-    log = _one_log(run)
-    lines = log.read_text().splitlines()
-    lines[2] = json.dumps(edit(json.loads(lines[2])))
-    log.write_text("\n".join(lines) + "\n")
+def test_a_logged_doc_other_than_the_exported_row_is_an_error(tmp_path, edit, message):
+    run, log = LM.edit_third_line(tmp_path, edit)
     with pytest.raises(HarnessError, match=message) as e:
         _import(run, tmp_path)
     assert f"{log}:3:" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_duplicate_doc_id_is_an_error(tmp_path):
-    run = _copy_run(tmp_path)
-    log = _one_log(run)
-    lines = log.read_text().splitlines()
-    log.write_text("\n".join(lines + [lines[0]]) + "\n")
-    with pytest.raises(HarnessError, match=f"{log}:{len(lines) + 1}: doc_id 0 already logged on line 1"):
-        _import(run, tmp_path)
-
-
 def test_a_line_that_is_no_json_is_an_error(tmp_path):
-    run = _copy_run(tmp_path)
-    log = _one_log(run)
+    run = LM.copy_run(tmp_path)
+    log = LM.one_log(run)
     log.write_text(log.read_text() + "{not json\n")
     with pytest.raises(HarnessError, match=f"{log}:9: not a JSON line"):
         _import(run, tmp_path)
@@ -146,8 +79,8 @@ def test_wrong_input_is_one_line(tmp_path, capsys):
         task_of(lmms_log)
     assert main(["import", "lm-eval", str(lmms_log), "--out", str(tmp_path / "s2")]) == 2
     assert "not an lm-eval sample log (samples_<task>_<date>.jsonl)" in capsys.readouterr().err
-    run = _copy_run(tmp_path)
-    log = _one_log(run)
+    run = LM.copy_run(tmp_path)
+    log = LM.one_log(run)
     log.rename(log.with_name(log.name.replace("uppercase_dot_line_break", "numbers_colon_comma")))
     assert main(["import", "lm-eval", str(run), "--export", str(RUN / "export"), "--out", str(tmp_path / "s3")]) == 2
     err = capsys.readouterr().err
@@ -158,32 +91,6 @@ def test_task_of_reads_lm_evals_file_names():
     # evaluation_tracker.py: f"samples_{task_name}_{date_id}.jsonl", date_id = isoformat() with ":" -> "-"
     assert task_of(Path(f"samples_{GROUP}_standard_2026-12-05T08-51-13.123456.jsonl")) == f"{GROUP}_standard"
     assert task_of(Path("samples_a_b_c_2026-01-02T03-04-05.jsonl")) == "a_b_c"
-
-
-def _point_results_at(run: Path, export: Path) -> None:
-    """Rewrite results.json's data-file paths (the recording machine's /tmp) to ``export/data``."""
-    res = next(run.rglob("results_*.json"))
-    doc = json.loads(res.read_text())
-    for cfg in doc["configs"].values():
-        test = Path(cfg["dataset_kwargs"]["data_files"]["test"])
-        cfg["dataset_kwargs"]["data_files"]["test"] = str(export / "data" / test.name)
-    res.write_text(json.dumps(doc))
-
-
-def test_import_finds_the_export_from_results_json(tmp_path, capsys):
-    run, export = _copy_run(tmp_path), tmp_path / "export"
-    shutil.copytree(RUN / "export", export)
-    _point_results_at(run, export)
-    assert main(["import", "lm-eval", str(run), "--out", str(tmp_path / "store")]) == 0
-    assert "16 rows stored, 16 expected by the manifests - COMPLETE" in capsys.readouterr().out
-
-
-def test_import_without_export_folder_names_what_to_pass(tmp_path, capsys):
-    run = _copy_run(tmp_path)
-    _point_results_at(run, tmp_path / "moved")
-    assert main(["import", "lm-eval", str(run), "--out", str(tmp_path / "store")]) == 2
-    err = capsys.readouterr().err
-    assert "--export DIR" in err and f"samples_{GROUP}" in err and err.count("\n") == 1
 
 
 def test_export_writes_the_task_group(tmp_path):
@@ -240,10 +147,10 @@ def test_round_trip_with_real_lm_eval(tmp_path):
                     "--include_path", str(export), "--tasks", GROUP, "--batch_size", "1",
                     "--log_samples", "--output_path", str(runs)], check=True, env=env, cwd=tmp_path, timeout=3000)
     assert main(["import", "lm-eval", str(runs), "--out", str(tmp_path / "store")]) == 0
-    got = _sorted(ResultStore(tmp_path / "store").read())
+    got = by_key(ResultStore(tmp_path / "store").read())
     native = run_study("format-bias", "smollm2", "synthetic-text", formats=formats, standard_format="none",
                        out=tmp_path / "native", progress=False).stores["grid"].read()
-    want = _sorted(native.drop(columns=["option_logits"]))
+    want = by_key(native.drop(columns=["option_logits"]))
     assert len(got) == len(want) == 34
     assert got["raw_output"].tolist() == want["raw_output"].tolist()
     pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False)

@@ -2,18 +2,18 @@
 sample logs back into a result store that equals mmfragile's own run.
 
 The fast tests import sample logs written by a real lmms-eval 0.7.3 run (tests/data/lmms_eval_run/README.md says how
-they were made and cut) and compare every column with mmfragile's own run of the same requests (native_rows.json);
+they were made and cut; test_harness_imports.py compares every column with mmfragile's own run, native_rows.json);
 the slow test does the whole round trip with the real tool (skips when scripts/install_lmms_eval.sh has not run)."""
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from harness_runs import RUNS, by_key, cells, native_rows
 
 from mmfragile.cli import main
 from mmfragile.harness.common import MANIFEST, HarnessError
@@ -21,126 +21,26 @@ from mmfragile.harness.lmms_eval import import_lmms_eval
 from mmfragile.store import ResultStore
 
 RUN = Path(__file__).parent / "data" / "lmms_eval_run"
-KEY = ["model", "dataset", "question_id", "variant"]
+LMMS = next(r for r in RUNS if r.harness == "lmms-eval")
 
 
-def _native() -> pd.DataFrame:
-    return pd.DataFrame(json.loads((RUN / "native_rows.json").read_text()))
-
-
-def _cells(col: pd.Series) -> list:
-    return [list(v) if hasattr(v, "__len__") and not isinstance(v, str) else v for v in col.tolist()]
-
-
-def _sorted(df: pd.DataFrame) -> pd.DataFrame:
-    return df.sort_values(KEY).reset_index(drop=True)
-
-
-def test_import_equals_mmfragiles_own_run(tmp_path):
-    store = import_lmms_eval([RUN / "run"], tmp_path / "store", export=RUN / "export")
-    got, want = _sorted(store.read()), _sorted(_native())
-    assert len(got) == len(want) == 16
-    assert sorted(got.columns) == sorted(want.columns)  # every native column but option_logits
-    for col in want.columns:
-        assert _cells(got[col]) == _cells(want[col]), col
-    # planted truths of the log itself: the roman format's uncovered answers are kept, scored wrong
-    assert (~got["covered"]).sum() == (~want["covered"]).sum() > 0
+def test_imported_uncovered_answers_are_kept_and_scored_wrong(tmp_path):
+    # planted truths of the log itself: the roman format's answers out of coverage stay, wrong, with no position
+    got = LMMS.import_(RUN / "run", tmp_path).read()
+    assert (~got["covered"]).sum() == (~native_rows(LMMS)["covered"]).sum() > 0
     assert set(got.loc[~got["covered"], "selected_position"]) == {-1}
+    assert not got.loc[~got["covered"], "correct"].any()
 
 
-def test_imported_config_is_the_native_one(tmp_path):
-    store = import_lmms_eval([RUN / "run"], tmp_path / "store", export=RUN / "export")
-    cfg = store.config
-    native = json.loads((RUN / "native_config.json").read_text())
-    assert {k: v for k, v in cfg.items() if k != "run_info"} == {k: v for k, v in native.items() if k != "run_info"}
-    prov = cfg["run_info"]["provenance"]["zoo-gemma3-good"]
-    assert prov["harness"] == "lmms-eval" and prov["harness_model"] == "llava_hf"
-    assert "device_map=cpu" in prov["model_args"]
-    assert store.check().complete and len(store) == 16
+def test_provenance_names_lmms_evals_model_class_and_args(tmp_path):
+    prov = LMMS.import_(RUN / "run", tmp_path).config["run_info"]["provenance"]["zoo-gemma3-good"]
+    assert prov["harness_model"] == "llava_hf" and "device_map=cpu" in prov["model_args"]
 
 
-def test_a_request_the_run_left_out_is_missing_in_the_manifest(tmp_path):
-    run = _copy_run(tmp_path)
-    log = _one_log(run)
-    lines = log.read_text().splitlines(True)
-    log.write_text("".join(lines[:3] + lines[4:]))  # doc_id 3 of the standard task not run (e.g. --limit)
-    store = import_lmms_eval([run], tmp_path / "store", export=RUN / "export")
-    check = store.check()
-    assert len(store) == 15 and not check.complete
-    row = json.loads((RUN / "export" / "data" / "mmfragile_format_bias_easy_vqa_standard.jsonl").read_text()
-                     .splitlines()[3])
-    assert check.missing.astype(str).values.tolist() == [["zoo-gemma3-good", "easy-vqa", row["question_id"],
-                                                          row["variant"]]]
-
-
-def test_report_reads_the_imported_store(tmp_path):
-    from mmfragile.report import build_report
-
-    import_lmms_eval([RUN / "run"], tmp_path / "store", export=RUN / "export")
-    rep = build_report([tmp_path / "store"], tmp_path / "report", n_boot=50)
-    assert Path(rep.html).is_file() and "zoo-gemma3-good" in Path(rep.markdown).read_text()
-
-
-def _copy_run(tmp_path) -> Path:
-    run = tmp_path / "run"
-    shutil.copytree(RUN / "run", run)
-    return run
-
-
-def _one_log(run: Path) -> Path:
-    return sorted(run.rglob("*_samples_*standard.jsonl"))[0]
-
-
-@pytest.mark.parametrize("edit, message", [
-    (lambda s: {**s, "doc_id": 999}, "doc_id 999 is not a row"),
-    (lambda s: {**s, "input": s["input"] + " "}, "is not the exported prompt"),
-    (lambda s: {**s, "filtered_resps": [["A", "B"]]}, "is not one generated text"),
-])
-def test_unmatched_sample_is_an_error_naming_file_and_line(tmp_path, edit, message):
-    run = _copy_run(tmp_path)
-    log = _one_log(run)
-    lines = log.read_text().splitlines()
-    lines[2] = json.dumps(edit(json.loads(lines[2])))
-    log.write_text("\n".join(lines) + "\n")
-    with pytest.raises(HarnessError, match=message) as e:
+def test_a_logged_input_other_than_the_exported_prompt_is_an_error(tmp_path):
+    run, log = LMMS.edit_third_line(tmp_path, lambda s: {**s, "input": s["input"] + " "})
+    with pytest.raises(HarnessError, match=f"{log}:3: the logged input is not the exported prompt"):
         import_lmms_eval([run], tmp_path / "store", export=RUN / "export")
-    assert f"{log}:3:" in str(e.value)
-
-
-def test_duplicate_doc_id_is_an_error(tmp_path):
-    run = _copy_run(tmp_path)
-    log = _one_log(run)
-    lines = log.read_text().splitlines()
-    log.write_text("\n".join(lines + [lines[0]]) + "\n")
-    with pytest.raises(HarnessError, match=f"{len(lines) + 1}: doc_id 0 already logged on line 1"):
-        import_lmms_eval([run], tmp_path / "store", export=RUN / "export")
-
-
-def _point_results_at(run: Path, export: Path) -> None:
-    """Rewrite results.json's data-file paths (the recording machine's /tmp) to ``export/data``."""
-    res = next(run.rglob("*_results.json"))
-    doc = json.loads(res.read_text())
-    for cfg in doc["configs"].values():
-        test = Path(cfg["dataset_kwargs"]["data_files"]["test"])
-        cfg["dataset_kwargs"]["data_files"]["test"] = str(export / "data" / test.name)
-    res.write_text(json.dumps(doc))
-
-
-def test_import_finds_the_export_from_results_json(tmp_path, capsys):
-    run, export = _copy_run(tmp_path), tmp_path / "export"
-    shutil.copytree(RUN / "export", export)
-    _point_results_at(run, export)
-    assert main(["import", "lmms-eval", str(run), "--out", str(tmp_path / "store")]) == 0
-    assert "16 rows stored, 16 expected by the manifests - COMPLETE" in capsys.readouterr().out
-
-
-def test_import_without_export_folder_names_what_to_pass(tmp_path, capsys):
-    run = _copy_run(tmp_path)
-    _point_results_at(run, tmp_path / "moved")
-    rc = main(["import", "lmms-eval", str(run), "--out", str(tmp_path / "store")])
-    assert rc == 2
-    err = capsys.readouterr().err
-    assert "--export DIR" in err and "_samples_mmfragile_format_bias" in err and err.count("\n") == 1
 
 
 def test_export_writes_the_task_group(tmp_path):
@@ -215,10 +115,10 @@ def test_round_trip_with_real_lmms_eval(tmp_path):
                     "--include_path", str(export), "--tasks", "mmfragile_format_bias_easy_vqa", "--batch_size", "1",
                     "--log_samples", "--output_path", str(runs)], check=True, env=env, cwd=tmp_path, timeout=3000)
     assert main(["import", "lmms-eval", str(runs), "--out", str(tmp_path / "store")]) == 0
-    got = _sorted(ResultStore(tmp_path / "store").read())
+    got = by_key(ResultStore(tmp_path / "store").read())
     native = run_study("format-bias", "zoo-gemma3-good", "easy-vqa", n=3, formats=formats, standard_format="none",
                        out=tmp_path / "native", progress=False).stores["grid"].read()
-    want = _sorted(native.drop(columns=["option_logits"]))
+    want = by_key(native.drop(columns=["option_logits"]))
     assert len(got) == len(want) > 0
     assert got["raw_output"].tolist() == want["raw_output"].tolist()
     pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False)
@@ -259,17 +159,17 @@ def test_promptception_round_trip_equals_the_native_run_and_its_extraction_stage
     assert man["stop_strings"] == ["<|im_end|>"] and len(man["tasks"]) == 3
     _as_lmms_eval_logs(tmp_path / "export", rows, tmp_path / "run", suffix="<|im_end|>assistant B")
     store = import_lmms_eval([tmp_path / "run"], tmp_path / "imported", export=tmp_path / "export")
-    got, want = _sorted(store.read()), _sorted(rows.drop(columns=["option_logits"], errors="ignore"))
+    got, want = by_key(store.read()), by_key(rows.drop(columns=["option_logits"], errors="ignore"))
     assert len(got) == len(want) == 9 and sorted(got.columns) == sorted(want.columns)
     for col in want.columns:
-        assert _cells(got[col]) == _cells(want[col]), col
+        assert cells(got[col]) == cells(want[col]), col
     assert store.config["run_info"]["provenance"]["tiny-vlm"]["cut_at_end_of_turn"]["responses"] == 9
     assert {k: v for k, v in store.config.items() if k != "run_info"} == \
         {k: v for k, v in native.stores["prompts"].config.items() if k != "run_info"}
     pending = int((got["extraction_stage"] == "pending").sum())
     again = run_study("promptception", tiny_vlm, "synthetic-vqa", out=tmp_path / "imported", progress=False, **PC)
     assert len(again.stores["prompts"]) == 9                  # nothing re-asked: the imported answers stand
-    ext, native_ext = (_sorted(r.stores["extraction"].read()) for r in (again, native))
+    ext, native_ext = (by_key(r.stores["extraction"].read()) for r in (again, native))
     assert len(ext) == len(native_ext) == pending > 0
     assert ext["raw_output"].tolist() == native_ext["raw_output"].tolist()
 
@@ -306,11 +206,11 @@ def test_real_promptception_logs_import_equal_to_mmfragiles_own_run(tmp_path):
     per-sample exact_match (utils.process_results) is the first-stage `correct`."""
     pc = Path(__file__).parent / "data" / "lmms_eval_promptception"
     store = import_lmms_eval([pc / "run"], tmp_path / "store", export=pc / "export")
-    got = _sorted(store.read())
-    want = _sorted(pd.DataFrame(json.loads((pc / "native_rows.json").read_text())))
+    got = by_key(store.read())
+    want = by_key(pd.DataFrame(json.loads((pc / "native_rows.json").read_text())))
     assert len(got) == len(want) == 12 and sorted(got.columns) == sorted(want.columns)
     for col in want.columns:
-        assert _cells(got[col]) == _cells(want[col]), col
+        assert cells(got[col]) == cells(want[col]), col
     native = json.loads((pc / "native_config.json").read_text())
     assert {k: v for k, v in store.config.items() if k != "run_info"} == \
         {k: v for k, v in native.items() if k != "run_info"}

@@ -35,7 +35,7 @@ import pandas as pd
 from mmfragile.faults import kill_point
 from mmfragile.models.spec import ModelSpec
 from mmfragile.shards import Shard, question_group, shard_index, split
-from mmfragile.store import ResultStore, _key_index, _key_strings
+from mmfragile.store import ResultStore, key_index, key_strings
 
 #: questions per task by default: small enough that a kill loses little, large enough to amortise dispatch
 GROUPS_PER_TASK = 8
@@ -50,7 +50,7 @@ class RecordingStore:
     def __init__(self, key_columns: Sequence[str], done: pd.DataFrame | None = None):
         self.key_columns = list(key_columns)
         done = done if done is not None else pd.DataFrame(columns=self.key_columns)
-        self._done = _key_index(_key_strings(done, self.key_columns))
+        self._done = key_index(key_strings(done, self.key_columns))
         self._added: set[tuple] = set()
         self.declared: list[tuple[str, pd.DataFrame]] = []
         self.rows: list[dict] = []

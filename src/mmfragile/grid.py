@@ -81,7 +81,7 @@ def load_pipeline(path: str | Path) -> list[dict[str, Any]]:
     return steps
 
 
-def _for_profile(value: Any, profile: str) -> Any:
+def for_profile(value: Any, profile: str) -> Any:
     """``{default: X, quick: Y}`` -> the profile's entry (falling back to default); anything else as is."""
     if isinstance(value, dict) and ("default" in value or profile in value) and \
             all(k in ("default", "quick", "full") for k in value):
@@ -101,12 +101,12 @@ def run_pipeline(path: str | Path = REPO_ROOT / "notebooks" / "pipeline.yaml", p
         nb = (path.parent / step["notebook"]).resolve()
         if only and not any(o in nb.stem for o in only):
             continue
-        fixed = _for_profile(step.get("fixed", {}), profile) or {}
-        runs = _for_profile(step.get("runs"), profile)
+        fixed = for_profile(step.get("fixed", {}), profile) or {}
+        runs = for_profile(step.get("runs"), profile)
         if runs:
             for params in runs:
                 written += run_grid(nb, {k: [v] for k, v in params.items()}, fixed, out_dir=out_dir, progress=progress)
         else:
-            written += run_grid(nb, _for_profile(step.get("grid", {}), profile) or {}, fixed, out_dir=out_dir,
+            written += run_grid(nb, for_profile(step.get("grid", {}), profile) or {}, fixed, out_dir=out_dir,
                                 progress=progress)
     return written

@@ -273,7 +273,7 @@ def _part_rows(path: Path) -> int | None:
         return None  # vanished or unreadable: not a candidate (reads quarantine it)
 
 
-def _key_strings(table: pa.Table | pd.DataFrame, columns: Sequence[str]) -> list[pd.Series]:
+def key_strings(table: pa.Table | pd.DataFrame, columns: Sequence[str]) -> list[pd.Series]:
     """Key columns as strings (keys compare by their text, so 3 and "3" are the same key)."""
     if isinstance(table, pa.Table):
         return [table.column(c).to_pandas() if pa.types.is_string(table.column(c).type)
@@ -281,7 +281,8 @@ def _key_strings(table: pa.Table | pd.DataFrame, columns: Sequence[str]) -> list
     return [table[c].astype(str) for c in columns]
 
 
-def _key_index(cols: list[pd.Series]) -> pd.MultiIndex:
+def key_index(cols: list[pd.Series]) -> pd.MultiIndex:
+    """The key columns (from :func:`key_strings`) as one index, so keys compare as tuples."""
     return pd.MultiIndex.from_arrays([np.asarray(c, dtype=object) if len(c) == 0 else c for c in cols])
 
 
@@ -516,9 +517,9 @@ class ResultStore:
     def _scan(self) -> pd.MultiIndex:
         tables = [t for _, t in self._read_all(self.key_columns)]
         if not tables:
-            return _key_index([pd.Series([], dtype=object)] * len(self.key_columns))
-        cols = [pd.concat(c, ignore_index=True) for c in zip(*(_key_strings(t, self.key_columns) for t in tables))]
-        return _key_index(cols).unique()
+            return key_index([pd.Series([], dtype=object)] * len(self.key_columns))
+        cols = [pd.concat(c, ignore_index=True) for c in zip(*(key_strings(t, self.key_columns) for t in tables))]
+        return key_index(cols).unique()
 
     def _disk_index(self) -> pd.MultiIndex:
         if self._index is None:
@@ -544,7 +545,7 @@ class ResultStore:
         df = keys if isinstance(keys, pd.DataFrame) else pd.DataFrame(list(keys), columns=self.key_columns)
         if df.empty:
             return np.zeros(0, dtype=bool)
-        return self._pending_index(_key_index(_key_strings(df, self.key_columns)))
+        return self._pending_index(key_index(key_strings(df, self.key_columns)))
 
     def _pending_index(self, q: pd.MultiIndex) -> np.ndarray:
         done = q.isin(self._disk_index())
@@ -565,7 +566,7 @@ class ResultStore:
         missing = [c for c in self.key_columns if c not in df.columns]
         if missing:
             raise KeyError(f"rows lack key column(s) {missing}")
-        keys = _key_index(_key_strings(df, self.key_columns))
+        keys = key_index(key_strings(df, self.key_columns))
         keep = self._pending_index(keys) & ~keys.duplicated(keep="first")
         df = df[keep]
         if df.empty:
@@ -615,10 +616,10 @@ class ResultStore:
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             # parts whose column types cannot be unified in Arrow (e.g. int in one, str in another): let pandas
             df = pd.concat([t.to_pandas() for t in tables], ignore_index=True)
-            dup = _key_index(_key_strings(df, self.key_columns)).duplicated(keep="first")
+            dup = key_index(key_strings(df, self.key_columns)).duplicated(keep="first")
             return (df[~dup] if dup.any() else df).reset_index(drop=True)
         # drop duplicate keys in Arrow, before the (costly) conversion of every column to pandas
-        dup = _key_index(_key_strings(table, self.key_columns)).duplicated(keep="first")
+        dup = key_index(key_strings(table, self.key_columns)).duplicated(keep="first")
         if dup.any():
             table = table.filter(pa.array(~dup))
         return table.to_pandas()
@@ -680,7 +681,7 @@ class ResultStore:
             table = pa.concat_tables(tables, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             return 0  # incompatible column types: leave these parts as they are (reads handle them)
-        dup = _key_index(_key_strings(table, self.key_columns)).duplicated(keep="first")
+        dup = key_index(key_strings(table, self.key_columns)).duplicated(keep="first")
         if dup.any():
             table = table.filter(pa.array(~dup))
         stamp = int(_PART_RE.match(used[0].name).group(1))  # keeps the merged rows where the first part sorted
@@ -714,7 +715,7 @@ class ResultStore:
         """Record that a run (or shard ``label``, ``shard-<i>-of-<n>``) is responsible for ``keys``. Several
         declarations add up; the same key set under the same label is written once."""
         df = keys if isinstance(keys, pd.DataFrame) else pd.DataFrame(list(keys), columns=self.key_columns)
-        cols = _key_strings(df, self.key_columns)  # an empty declaration still says "this shard has no items"
+        cols = key_strings(df, self.key_columns)  # an empty declaration still says "this shard has no items"
         frame = pd.DataFrame({c: s.to_numpy(dtype=object) for c, s in zip(self.key_columns, cols)})
         frame = frame.drop_duplicates().sort_values(self.key_columns).reset_index(drop=True)
         digest = hashlib.sha1(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()).hexdigest()[:16]
@@ -742,9 +743,9 @@ class ResultStore:
         tables = [pq.read_table(m) for m in files]
         tables = [t for t in tables if t.num_rows]
         if not tables:
-            return _key_index([pd.Series([], dtype=object)] * len(self.key_columns))
-        cols = [pd.concat(c, ignore_index=True) for c in zip(*(_key_strings(t, self.key_columns) for t in tables))]
-        return _key_index(cols).unique()
+            return key_index([pd.Series([], dtype=object)] * len(self.key_columns))
+        cols = [pd.concat(c, ignore_index=True) for c in zip(*(key_strings(t, self.key_columns) for t in tables))]
+        return key_index(cols).unique()
 
     def expected_keys(self, label: str | None = None) -> pd.DataFrame:
         """The union of all declared keys (strings), one row per key; ``label``: of that shard only."""
@@ -762,9 +763,9 @@ class ResultStore:
     def check(self) -> Completeness:
         """Compare the stored rows with the manifests (see :class:`Completeness`)."""
         tables = [t for _, t in self._read_all(self.key_columns)]
-        cols = ([pd.concat(c, ignore_index=True) for c in zip(*(_key_strings(t, self.key_columns) for t in tables))]
+        cols = ([pd.concat(c, ignore_index=True) for c in zip(*(key_strings(t, self.key_columns) for t in tables))]
                 if tables else [pd.Series([], dtype=object)] * len(self.key_columns))
-        stored = _key_index(cols)
+        stored = key_index(cols)
         dup_mask = stored.duplicated(keep=False)
         dups = stored[dup_mask].to_frame(index=False, name=self.key_columns).value_counts(sort=False)
         got = stored[~stored.duplicated(keep="first")]

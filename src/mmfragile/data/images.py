@@ -94,7 +94,8 @@ def decode_base64(text: str, where: str) -> bytes:
         raise DataError(f"{where}: image field is not valid base64 ({e}); it starts {text[:40]!r}") from None
 
 
-def _looks_like_path(text: str, base: Path | None) -> bool:
+def looks_like_path(text: str, base: Path | None) -> bool:
+    """Whether ``text`` (an image field) names a file rather than holding base64 data."""
     # base64 text never contains '.', so a string with an image suffix is a path. Anything long is data:
     # it is never handed to the file system (a 1 MB base64 JPEG as a file name -> OSError "name too long").
     if len(text) > 1024:
@@ -143,7 +144,7 @@ def image_field(value: Any, base: Path | None, where: str, dataset: str,
             raise DataError(f"{where}: image field {text!r} names no row with an image (VLMEvalKit rows reuse "
                             "another row's image by naming its index)")
         return [references[text]]
-    if _looks_like_path(text, base):
+    if looks_like_path(text, base):
         p = Path(text).expanduser()
         if not p.is_absolute() and base is not None:
             p = base / p

@@ -107,7 +107,7 @@ import pandas as pd
 from mmfragile.errors import row_error
 from mmfragile.paths import cache_dir
 from mmfragile.schema import QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question
-from mmfragile.data.images import REFERENCE_MAX_CHARS, _looks_like_path, check_image_bytes, decode_base64, image_field
+from mmfragile.data.images import REFERENCE_MAX_CHARS, looks_like_path, check_image_bytes, decode_base64, image_field
 
 LETTERS = string.ascii_uppercase
 
@@ -368,7 +368,7 @@ class _Unused:
             value = value.get("bytes") if value.get("bytes") is not None else value.get("path")
         if isinstance(value, (bytes, bytearray, memoryview)):
             data = bytes(value)
-        elif isinstance(value, str) and not value.strip().startswith("[") and not _looks_like_path(value.strip(),
+        elif isinstance(value, str) and not value.strip().startswith("[") and not looks_like_path(value.strip(),
                                                                                                    self.base):
             data = decode_base64(value, where)
         else:  # a path or a list of images: what a used row would get (paths are not decoded there either)

@@ -94,8 +94,25 @@ class StudyGrid:
                 "item_class": f"{cls.__module__}:{cls.__qualname__}", "stop_strings": self.stop_strings, **extra}
 
 
-def study_grid(study: str, model: str, dataset: str, n: int | None, params: Mapping[str, Any]) -> StudyGrid:
-    """The items ``run_study(study, model, dataset, n=n, **params)`` would evaluate in its grid stage."""
+#: The metrics every exported task reports (its ``process_results``: :func:`task_hooks`), in lm-eval's YAML.
+METRICS_YAML = """metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+  - metric: coverage
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 0.0
+"""
+
+
+def study_grid(study: str, model: str, dataset: str, n: int | None, params: Mapping[str, Any],
+               harness: str = "", supported: Sequence[str] | None = None) -> StudyGrid:
+    """The items ``run_study(study, model, dataset, n=n, **params)`` would evaluate in its grid stage; a study
+    the ``harness`` bridge cannot run (not in ``supported``) is refused first."""
+    if supported is not None and study not in supported:
+        raise ValueError(f"export {harness}: study {study!r} is not supported (supported: {', '.join(supported)})")
     from mmfragile.models.spec import as_spec
     from mmfragile.provenance import run_provenance
     from mmfragile.study import RunContext, get_study

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from mmfragile.harness.common import (ITEM_COLUMNS, HarnessError, find_files, harness_provenance, import_samples,
-                                      read_results, study_grid, utils_module, write_export)
+                                      METRICS_YAML, read_results, study_grid, utils_module, write_export)
 from mmfragile.store import ResultStore
 
 HARNESS = "lm-eval"
@@ -63,16 +63,7 @@ generation_kwargs:
   max_gen_toks: {max_new_tokens}
   do_sample: false
   temperature: 0.0
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-  - metric: coverage
-    aggregation: mean
-    higher_is_better: true
-metadata:
-  version: 0.0
-"""
+""" + METRICS_YAML
 
 
 # ============================================================================================== export
@@ -82,9 +73,7 @@ def export_lm_eval(study: str, model: str, dataset: str, out: str | Path, n: int
     ``model`` is the checkpoint whose tokenizer sizes each variant's answer budget and that names the imported
     store (what ``run_study``'s ``model`` is); ``params``: the study's parameters (``formats`` ...). A grid with
     images is refused (lm-eval runs text)."""
-    if study not in STUDIES:
-        raise ValueError(f"export lm-eval: study {study!r} is not supported (supported: {', '.join(STUDIES)})")
-    grid = study_grid(study, model, dataset, n, params)
+    grid = study_grid(study, model, dataset, n, params, "lm-eval", STUDIES)
     with_images = [it for it in grid.items if it.prompt.images]
     if with_images:
         it = with_images[0]

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from mmfragile.harness.common import (HarnessError, eos_view, find_files, harness_provenance, import_samples,
-                                      read_results, study_grid, utils_module, write_export)
+                                      METRICS_YAML, read_results, study_grid, utils_module, write_export)
 from mmfragile.store import ResultStore
 
 HARNESS = "lmms-eval"
@@ -61,16 +61,7 @@ generation_kwargs:
   temperature: 0
   do_sample: false
   num_beams: 1
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-  - metric: coverage
-    aggregation: mean
-    higher_is_better: true
-metadata:
-  version: 0.0
-"""
+""" + METRICS_YAML
 
 
 # ============================================================================================== export
@@ -79,9 +70,7 @@ def export_lmms_eval(study: str, model: str, dataset: str, out: str | Path, n: i
     """Write the lmms-eval task group of ``study``'s grid (module docstring); returns the manifest written.
     ``model`` is the checkpoint whose tokenizer sizes each variant's answer budget and that names the imported
     store (what ``run_study``'s ``model`` is); ``params``: the study's parameters (``formats`` ...)."""
-    if study not in STUDIES:
-        raise ValueError(f"export lmms-eval: study {study!r} is not supported (supported: {', '.join(STUDIES)})")
-    grid = study_grid(study, model, dataset, n, params)
+    grid = study_grid(study, model, dataset, n, params, "lmms-eval", STUDIES)
     out = Path(out).resolve()
     view = eos_view(grid, out)  # before the manifest, which names the checkpoint lmms-eval is to run
     return write_export(HARNESS, grid, dataset, n, out, lambda task, rows, data: TASK_YAML.format(

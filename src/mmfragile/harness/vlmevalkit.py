@@ -100,9 +100,7 @@ def export_vlmevalkit(study: str, model: str, dataset: str, out: str | Path, n: 
     """Write ``study``'s grid as VLMEvalKit custom datasets (module docstring); returns the manifest written.
     ``model`` is the checkpoint whose tokenizer sizes each variant's answer budget and that names the imported
     store (what ``run_study``'s ``model`` is); ``params``: the study's parameters (``formats`` ...)."""
-    if study not in STUDIES:
-        raise ValueError(f"export vlmevalkit: study {study!r} is not supported (supported: {', '.join(STUDIES)})")
-    grid = study_grid(study, model, dataset, n, params)
+    grid = study_grid(study, model, dataset, n, params, "vlmevalkit", STUDIES)
     out = Path(out).resolve()
     (out / "data").mkdir(parents=True, exist_ok=True)
     by_name: dict[str, list[dict]] = defaultdict(list)

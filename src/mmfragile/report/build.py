@@ -899,10 +899,10 @@ def report_for_profile(pipeline: str | Path, profile: str = "default", screensho
     for ``profile``: build it from the stores that exist (None if the profile has no entry or no store)."""
     import yaml
 
-    from mmfragile.grid import REPO_ROOT, _for_profile
+    from mmfragile.grid import REPO_ROOT, for_profile
 
     spec = yaml.safe_load(Path(pipeline).read_text())
-    entry = _for_profile(spec.get("report"), profile) if isinstance(spec, dict) else None
+    entry = for_profile(spec.get("report"), profile) if isinstance(spec, dict) else None
     if not entry:
         return None
     root = Path(REPO_ROOT)

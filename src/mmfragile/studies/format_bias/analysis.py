@@ -489,7 +489,7 @@ def compare_mitigation(scores: pd.DataFrame, complexity: pd.DataFrame | None = N
     (1 = best, ties share the smallest rank), agreement is :func:`fb.ranking_agreement` (Spearman on competition
     ranks, "correctly ranked" ignoring tied models unless ``count_ties``). ``decimals`` rounds accuracies before
     ranking (e.g. 2 for the printed precision)."""
-    fb._require(scores, ["dataset", "model", "method", "accuracy"], "compare_mitigation")
+    fb.require_columns(scores, ["dataset", "model", "method", "accuracy"], "compare_mitigation")
     s = scores.copy()
     s["accuracy"] = pd.to_numeric(s["accuracy"], errors="coerce")
     vals = s["accuracy"].round(decimals) if decimals is not None else s["accuracy"]

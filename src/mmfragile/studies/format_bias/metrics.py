@@ -93,7 +93,8 @@ def standard_format(dataset: str) -> tuple[str, str, str]:
     return STANDARD_FORMATS[ds]
 
 
-def _require(df: pd.DataFrame, cols: Iterable[str], what: str) -> None:
+def require_columns(df: pd.DataFrame, cols: Iterable[str], what: str) -> None:
+    """Refuse, naming ``what`` and the missing columns, a frame that lacks any of ``cols``."""
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise DataError(f"{what}: missing column(s) {missing}; have {list(df.columns)}")
@@ -166,7 +167,7 @@ def format_scores(per_question: pd.DataFrame) -> pd.DataFrame:
     Returns:
         ``model, dataset, option_ids, delimiter, separator, accuracy, coverage, n_questions``.
     """
-    _require(per_question, ["model", "dataset", *FORMAT_COLS, "correct", "covered"], "format_scores")
+    require_columns(per_question, ["model", "dataset", *FORMAT_COLS, "correct", "covered"], "format_scores")
     pq = per_question
     correct = pq["correct"].astype(bool)
     covered = pq["covered"].astype(bool)
@@ -190,7 +191,7 @@ def format_accuracy_ci(per_question: pd.DataFrame, level: float = 0.95, n_boot: 
 
     Returns ``model, dataset, option_ids, delimiter, separator, accuracy, ci_low, ci_high, n_questions``
     (``n_questions`` = distinct questions)."""
-    _require(per_question, ["model", "dataset", "question_id", *FORMAT_COLS, "correct"], "format_accuracy_ci")
+    require_columns(per_question, ["model", "dataset", "question_id", *FORMAT_COLS, "correct"], "format_accuracy_ci")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     keys = ["model", "dataset", *FORMAT_COLS]
@@ -249,7 +250,7 @@ def format_ranks(scores: pd.DataFrame, metric: str = "accuracy", decimals: int |
     Returns:
         ``scores`` with an added ``rank`` column (nullable int).
     """
-    _require(scores, ["model", "dataset", *FORMAT_COLS, metric], "format_ranks")
+    require_columns(scores, ["model", "dataset", *FORMAT_COLS, metric], "format_ranks")
     out = scores.copy()
     vals = out[metric].round(decimals) if decimals is not None else out[metric]
     out["rank"] = (vals.groupby([out["dataset"], *(out[c] for c in FORMAT_COLS)], sort=False, observed=True)
@@ -292,7 +293,7 @@ def pseudo_gt(scores: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
     Returns:
         ``dataset, model, accuracy, rank, n_formats`` (the value column keeps the name ``metric``).
     """
-    _require(scores, ["model", "dataset", metric], "pseudo_gt")
+    require_columns(scores, ["model", "dataset", metric], "pseudo_gt")
     g = scores.groupby(["dataset", "model"], sort=False, observed=True)[metric]
     out = pd.DataFrame({metric: g.mean(), "n_formats": g.count()}).reset_index()
     out["rank"] = out.groupby("dataset", sort=False)[metric].rank(method="min", ascending=False).astype("Int64")
@@ -330,8 +331,8 @@ def ranking_agreement(method_scores: pd.DataFrame, pseudo_gt: pd.DataFrame,
     """
     from scipy import stats
 
-    _require(method_scores, ["dataset", "model", metric], "ranking_agreement(method_scores)")
-    _require(pseudo_gt, ["dataset", "model", metric], "ranking_agreement(pseudo_gt)")
+    require_columns(method_scores, ["dataset", "model", metric], "ranking_agreement(method_scores)")
+    require_columns(pseudo_gt, ["dataset", "model", metric], "ranking_agreement(pseudo_gt)")
     has_method = "method" in method_scores.columns
     ms = method_scores if has_method else method_scores.assign(method="_")
     gt = pseudo_gt[["dataset", "model", metric]].rename(columns={metric: "_gt"})
@@ -392,7 +393,7 @@ def deviation_from_mean(scores: pd.DataFrame, metric: str = "accuracy") -> pd.Da
     Returns:
         long table ``dataset, model, factor, level, deviation, n_formats`` (pp).
     """
-    _require(scores, ["model", "dataset", *FORMAT_COLS, metric], "deviation_from_mean")
+    require_columns(scores, ["model", "dataset", *FORMAT_COLS, metric], "deviation_from_mean")
     df = scores.copy()
     df["_dev"] = df[metric] - df.groupby(["dataset", "model"], observed=True)[metric].transform("mean")
     return _per_factor(df, "_dev", "deviation")
@@ -406,7 +407,7 @@ def coverage_by_factor(scores: pd.DataFrame) -> pd.DataFrame:
     Returns:
         long table ``dataset, model, factor, level, coverage, n_formats``.
     """
-    _require(scores, ["model", "dataset", *FORMAT_COLS, "coverage"], "coverage_by_factor")
+    require_columns(scores, ["model", "dataset", *FORMAT_COLS, "coverage"], "coverage_by_factor")
     return _per_factor(scores, "coverage", "coverage")
 
 
@@ -425,7 +426,7 @@ def coverage_neutral(scores: pd.DataFrame, threshold: float = COVERAGE_THRESHOLD
     Returns:
         long table ``dataset, model, factor, level, deviation, n_formats``.
     """
-    _require(scores, ["model", "dataset", *FORMAT_COLS, metric, "coverage"], "coverage_neutral")
+    require_columns(scores, ["model", "dataset", *FORMAT_COLS, metric, "coverage"], "coverage_neutral")
     full = deviation_from_mean(scores, metric)[["dataset", "model", "factor", "level"]]
     kept = scores[scores["coverage"] >= threshold]
     dev = deviation_from_mean(kept, metric) if len(kept) else pd.DataFrame(
@@ -464,11 +465,11 @@ def selection_pattern(per_question: pd.DataFrame, by_factor: bool = False) -> pd
         f, frequency``; with ``by_factor``: ``model, dataset, factor, level, position, frequency, n_formats``.
         Positions are 0-based.
     """
-    _require(per_question, ["model", "dataset", "question_id", *FORMAT_COLS, "selected_position"],
+    require_columns(per_question, ["model", "dataset", "question_id", *FORMAT_COLS, "selected_position"],
              "selection_pattern")
     pq = per_question.copy()
     if "n_options" not in pq.columns:
-        _require(pq, ["shift"], "selection_pattern (no n_options column)")
+        require_columns(pq, ["shift"], "selection_pattern (no n_options column)")
         pq["n_options"] = pq.groupby(["dataset", "question_id"], observed=True)["shift"].transform("nunique")
     pq["n_options"] = pq["n_options"].astype(int)
     pq["selected_position"] = pq["selected_position"].fillna(-1).astype(int)
@@ -536,12 +537,12 @@ def assign_confidence_bins(per_question: pd.DataFrame, confidence_col: str,
     Returns:
         ``model, dataset, question_id, [shift,] confidence, confidence_bin``.
     """
-    _require(per_question, ["model", "dataset", "question_id", *FORMAT_COLS, confidence_col],
+    require_columns(per_question, ["model", "dataset", "question_id", *FORMAT_COLS, confidence_col],
              "assign_confidence_bins")
     if unit not in ("item", "question"):
         raise ValueError("unit must be 'item' or 'question'")
     if unit == "item":
-        _require(per_question, ["shift"], "assign_confidence_bins(unit='item')")
+        require_columns(per_question, ["shift"], "assign_confidence_bins(unit='item')")
     item_keys = ["question_id", "shift"] if unit == "item" else ["question_id"]
     parts = []
     for (model, ds), g in per_question.groupby(["model", "dataset"], sort=False, observed=True):
@@ -583,7 +584,7 @@ def confidence_bins(per_question: pd.DataFrame, confidence_col: str,
     Returns:
         ``model, dataset, option_ids, delimiter, separator, confidence_bin, accuracy, n_questions``.
     """
-    _require(per_question, ["correct"], "confidence_bins")
+    require_columns(per_question, ["correct"], "confidence_bins")
     bins = assign_confidence_bins(per_question, confidence_col, reference, shares, unit)
     item_keys = ["question_id", "shift"] if unit == "item" else ["question_id"]
     m = per_question.merge(bins[["model", "dataset", *item_keys, "confidence_bin"]],
@@ -625,7 +626,7 @@ def fit_lmm(scores: pd.DataFrame, metric: str = "accuracy", base_levels: Mapping
     """
     import statsmodels.formula.api as smf
 
-    _require(scores, ["model", "dataset", *FORMAT_COLS, metric], "fit_lmm")
+    require_columns(scores, ["model", "dataset", *FORMAT_COLS, metric], "fit_lmm")
     base = dict(BASE_LEVELS if base_levels is None else base_levels)
     df = scores[["model", "dataset", *FORMAT_COLS, metric]].dropna().copy()
     df = df.rename(columns={metric: "y"})

@@ -161,7 +161,8 @@ def _open_image(path: str | Path) -> Image.Image:
         return im.copy()
 
 
-def _as_pil(im: Any) -> Image.Image:
+def as_pil(im: Any) -> Image.Image:
+    """A sample's image (PIL or a path) as a PIL image."""
     if isinstance(im, Image.Image):
         return im
     if isinstance(im, (str, Path)):

@@ -50,7 +50,7 @@ from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont, ImageOps
 
 from mmfragile.models.base import MLLM, Prompt
 from mmfragile.studies.judgebias.catalog import PERTURBATION_INFO  # noqa: F401  (re-exported)
-from mmfragile.studies.judgebias.data import (UNPERTURBED, JudgeSample, _as_pil, image_sha256,
+from mmfragile.studies.judgebias.data import (UNPERTURBED, JudgeSample, as_pil, image_sha256,
                                               load_judge_dir)
 
 __all__ = [
@@ -142,8 +142,8 @@ def _finish(sample: JudgeSample, out: JudgeSample, name: str, ops: list[dict], s
     meta["operations"] = ops
     meta["perturbation_seed"] = None if seed is None else int(seed)
     meta["original_query"] = sample.query
-    meta["original_image_sha256"] = [image_sha256(_as_pil(im)) for im in sample.images]
-    meta["image_sha256"] = [image_sha256(_as_pil(im)) for im in out.images]
+    meta["original_image_sha256"] = [image_sha256(as_pil(im)) for im in sample.images]
+    meta["image_sha256"] = [image_sha256(as_pil(im)) for im in out.images]
     return out
 
 
@@ -197,7 +197,7 @@ def text_dominance(sample: JudgeSample, pool: Sequence[JudgeSample] = (), seed: 
     out = sample.copy()
     ops = []
     for i, im in enumerate(sample.images):
-        im = _as_pil(im)
+        im = as_pil(im)
         out.images[i] = black_image(im)
         ops.append({"op": "replace_image_black", "image": i, "size": list(im.size), "mode": im.mode})
     return _finish(sample, out, "text_dominance", ops, None)
@@ -217,7 +217,7 @@ def response_dominance(sample: JudgeSample, pool: Sequence[JudgeSample] = (), se
     out.query = ""
     ops: list[dict] = [{"op": "replace_query_empty"}]
     for i, im in enumerate(sample.images):
-        im = _as_pil(im)
+        im = as_pil(im)
         out.images[i] = black_image(im)
         ops.append({"op": "replace_image_black", "image": i, "size": list(im.size), "mode": im.mode})
     return _finish(sample, out, "response_dominance", ops, None)
@@ -262,16 +262,16 @@ def image_misalignment(sample: JudgeSample, pool: Sequence[JudgeSample] = (), se
     """
     _require_images(sample, "image_misalignment")
     rng = _rng(seed, sample, "image_misalignment")
-    mine = [image_sha256(_as_pil(im)) for im in sample.images]
+    mine = [image_sha256(as_pil(im)) for im in sample.images]
     cands = [p for p in _sorted_pool(pool)
              if p.images and p.sample_id != sample.sample_id and _item_key(p) != _item_key(sample)
-             and [image_sha256(_as_pil(im)) for im in p.images] != mine]
+             and [image_sha256(as_pil(im)) for im in p.images] != mine]
     if not cands:
         raise PerturbationError(f"image_misalignment: no other sample with a different image in the pool "
                                 f"for {sample.sample_id!r}")
     donor = _pick(rng, cands)
     out = sample.copy()
-    out.images = [_as_pil(im).copy() for im in donor.images]
+    out.images = [as_pil(im).copy() for im in donor.images]
     ops = [{"op": "replace_images", "from_sample": donor.sample_id, "from_item": _item_key(donor),
             "n_candidates": len(cands)}]
     return _finish(sample, out, "image_misalignment", ops, seed)
@@ -310,7 +310,7 @@ def detail_description(sample: JudgeSample, pool: Sequence[JudgeSample] = (), se
     if captioner is None:
         raise PerturbationError("detail_description needs captioner=Callable[[PIL.Image], str] "
                                 "(e.g. model_captioner(model))")
-    caps = [str(captioner(_as_pil(im).copy())).strip() for im in sample.images]
+    caps = [str(captioner(as_pil(im).copy())).strip() for im in sample.images]
     if not any(caps):
         raise PerturbationError(f"detail_description: the captioner returned an empty caption for {sample.sample_id!r}")
     caption = "\n\n".join(c for c in caps if c)
@@ -362,7 +362,7 @@ def unnecessary_image(sample: JudgeSample, pool: Sequence[JudgeSample] = (), see
     rejected: list[dict] = []
     for idx in order[: max(1, int(max_tries)) if relevance_checker else 1]:
         donor, k = cands[int(idx)]
-        img = _as_pil(donor.images[k]).copy()
+        img = as_pil(donor.images[k]).copy()
         if relevance_checker is not None and relevance_checker(sample.query, img.copy()):
             rejected.append({"from_sample": donor.sample_id, "image_index": k})
             continue
@@ -569,7 +569,7 @@ def visual_transformation(sample: JudgeSample, pool: Sequence[JudgeSample] = (),
     out = sample.copy()
     ops: list[dict] = []
     for i, src in enumerate(sample.images):
-        im = _as_pil(src)
+        im = as_pil(src)
         if im.mode != "RGB":
             ops.append({"op": "convert", "family": "preprocess", "image": i, "from": im.mode, "to": "RGB"})
             im = im.convert("RGB")
@@ -715,7 +715,7 @@ def texture_insertion(sample: JudgeSample, pool: Sequence[JudgeSample] = (), see
         raise PerturbationError(f"texture_insertion: sample {sample.sample_id!r} has an empty query")
     rng = _rng(seed, sample, "texture_insertion")
     source = text_source if text_source != "random" else ("keyword", "query")[int(rng.integers(2))]
-    first = _as_pil(sample.images[0])
+    first = as_pil(sample.images[0])
     if source == "keyword":
         if keyword_extractor is not None:
             text = str(keyword_extractor(sample.query, first.copy())).strip()
@@ -729,7 +729,7 @@ def texture_insertion(sample: JudgeSample, pool: Sequence[JudgeSample] = (), see
     out = sample.copy()
     ops: list[dict] = []
     for i, src in enumerate(sample.images):
-        im = _as_pil(src)
+        im = as_pil(src)
         if im.mode != "RGB":
             ops.append({"op": "convert", "image": i, "from": im.mode, "to": "RGB"})
             im = im.convert("RGB")
@@ -816,7 +816,7 @@ def save_perturbed(sample: JudgeSample, out_dir: str | Path) -> Path:
     names = []
     for i, im in enumerate(sample.images):
         name = f"{stem}.png" if len(sample.images) == 1 else f"{stem}_{i}.png"
-        _as_pil(im).save(out_dir / name, format="PNG")
+        as_pil(im).save(out_dir / name, format="PNG")
         names.append(name)
     meta = dict(sample.meta)
     meta.pop("image_paths", None)  # paths of the source images are not those of the saved PNGs
@@ -826,7 +826,7 @@ def save_perturbed(sample: JudgeSample, out_dir: str | Path) -> Path:
         "response": sample.response,
         "gold_score": sample.gold_score,
         "images": names,
-        "image_sha256": [image_sha256(_as_pil(im)) for im in sample.images],
+        "image_sha256": [image_sha256(as_pil(im)) for im in sample.images],
         "meta": meta,
     }
     path = out_dir / f"{stem}.json"

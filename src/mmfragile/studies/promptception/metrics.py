@@ -254,7 +254,7 @@ def _check_columns(df: pd.DataFrame, cols: Sequence[str], what: str) -> None:
         raise DataError(f"{what}: missing column(s) {missing}; have {list(df.columns)}")
 
 
-def _prompts_only(acc_df: pd.DataFrame) -> pd.DataFrame:
+def prompts_only(acc_df: pd.DataFrame) -> pd.DataFrame:
     """The accuracy frame without explicit 'baseline' rows, prompt_id as str, with a category column."""
     _check_columns(acc_df, ACC_COLUMNS, "accuracy frame")
     df = acc_df.copy()
@@ -286,7 +286,7 @@ def baseline_accuracy(acc_df: pd.DataFrame) -> pd.DataFrame:
 def add_relative_accuracy(acc_df: pd.DataFrame) -> pd.DataFrame:
     """Prompt rows (no 'baseline' rows) with ``category, baseline, pra, prad`` columns added (Eqs. 2, 3)."""
     base = baseline_accuracy(acc_df)
-    df = _prompts_only(acc_df).merge(base, on=["benchmark", "model"], how="left")
+    df = prompts_only(acc_df).merge(base, on=["benchmark", "model"], how="left")
     df["pra"] = pra(df.accuracy.to_numpy(), df.baseline.to_numpy())
     df["prad"] = prad(df.accuracy.to_numpy(), df.baseline.to_numpy())
     return df
@@ -300,7 +300,7 @@ def trimmed_means(acc_df: pd.DataFrame, proportion: float = 0.1, rounding: str =
     second time).  See :func:`trimmed_mean` for ``rounding``.  Returns
     ``benchmark, model, trimmed_mean, baseline, n_prompts``.
     """
-    df = _prompts_only(acc_df)
+    df = prompts_only(acc_df)
     base = baseline_accuracy(acc_df)
     rows = [(b, m, trimmed_mean(g.accuracy.to_numpy(), proportion, rounding), len(g))
             for (b, m), g in df.groupby(["benchmark", "model"], sort=False)]
@@ -421,7 +421,7 @@ def category_std(acc_df: pd.DataFrame, catalog_map: Mapping[str, int] | None = N
     (``ddof=1``) gives 0.90.  ``catalog_map`` maps prompt_id -> category (default: the integer before the
     dot).  Returns ``benchmark, model, category, std, n_prompts``.
     """
-    df = _prompts_only(acc_df)
+    df = prompts_only(acc_df)
     if catalog_map is not None:
         cmap = {str(k): int(v) for k, v in catalog_map.items()}
         unknown = sorted(set(df.prompt_id) - set(cmap), key=prompt_sort_key)
@@ -565,7 +565,7 @@ def model_sensitivity(acc_df: pd.DataFrame, prompts: Iterable[str] | None = None
     Returns ``model, group, mean_accuracy, std, n_benchmarks`` (``group`` open-source / proprietary),
     in :data:`MODELS` order for known models.
     """
-    df = _prompts_only(acc_df)
+    df = prompts_only(acc_df)
     if prompts is not None:
         df = df[df.prompt_id.isin([str(p) for p in prompts])]
     per = df.groupby(["benchmark", "model"], sort=False).accuracy.agg(

@@ -120,7 +120,7 @@ def _scores_row(doc: Doc, m: str, ds: str, a: pd.DataFrame, g: pd.DataFrame, b_v
     entry."""
     from mmfragile.studies.promptception import metrics as pm
 
-    a = pm._prompts_only(a)
+    a = pm.prompts_only(a)
     a = a[a["n"] > 0]
     questions = sorted(g["question_id"].astype(str).unique())
     pids = list(a["prompt_id"])
@@ -188,7 +188,7 @@ def _ranking_block(doc: Doc, sec: Section, rc: pd.DataFrame, acc: pd.DataFrame, 
         ms = [m for m, d in complete if d == ds]
         if len(ms) < 2:
             continue
-        a_ds = pm._prompts_only(acc[acc["benchmark"].astype(str) == ds])
+        a_ds = pm.prompts_only(acc[acc["benchmark"].astype(str) == ds])
         a_ds = a_ds.assign(rank=a_ds.groupby("prompt_id")["accuracy"].rank(method="min", ascending=False))
         mean_rank = a_ds.groupby("model")["accuracy"].mean().rank(method="min", ascending=False).astype(int)
         rd = []
