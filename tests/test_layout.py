@@ -1,6 +1,7 @@
 """The package layout shows the architecture: no import cycles between mmfragile's modules (counting imports
 inside functions too), and the core - the shared layers included (report, budget, the CLI) - never imports a study
-package: they learn about studies from the registry (mmfragile.study)."""
+package: they learn about studies from the registry (mmfragile.study); no module reaches into another's private
+names (what one module needs from another is public there, with a docstring)."""
 from __future__ import annotations
 
 import ast
@@ -91,3 +92,35 @@ def test_core_check_sees_a_study_import(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "ROOT", pkg)
     graph = module_graph()
     assert graph["mmfragile.report.build"] == {"mmfragile.studies.x.metrics"}
+
+
+def private_imports(root: Path) -> list[str]:
+    """``from mmfragile.x import _name`` and ``module._name`` on an imported mmfragile module, file:line each."""
+    found = []
+    for f in sorted(root.rglob("*.py")):
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mmfragile"):
+                found += [f"{f.name}:{node.lineno} {a.name}" for a in node.names if _private(a.name)]
+                modules |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("mmfragile")}
+        found += [f"{f.name}:{node.lineno} {node.value.id}.{node.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id in modules and _private(node.attr)]
+    return found
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_imports_anothers_private_names():
+    assert private_imports(ROOT) == []
+
+
+def test_private_import_check_sees_both_forms(tmp_path):
+    (tmp_path / "a.py").write_text("from mmfragile.store import _key_index\n")
+    (tmp_path / "b.py").write_text("from mmfragile.studies.x import metrics as m\nm._require(1)\nm.public(2)\n")
+    assert private_imports(tmp_path) == ["a.py:1 _key_index", "b.py:2 m._require"]
