@@ -26,8 +26,11 @@ MACHINE_PATH = re.compile(r"file://|(?<![\w.~$-])/(?:tmp|var/tmp|root|home|Users
 
 SCANNED_SUFFIXES = {".txt", ".toml", ".yml", ".yaml", ".cfg", ".ini", ".sh", ".py", ".ipynb", ".json"}
 #: records another tool wrote on the machine it ran on, kept byte for byte: the importer must read them as written
-#: (lmms-eval's results.json names its --include_path and the checkpoint); nothing installs or runs from them
-RECORDED_RUNS = ("tests/data/lmms_eval_run/run/",)
+#: (lmms-eval's and lm-eval's results.json name the task files and the checkpoint, VLMEvalKit's status.json its
+#: argv, an export's manifest the checkpoint view it wrote); nothing installs or runs from them
+RECORDED_RUNS = ("tests/data/lmms_eval_run/run/", "tests/data/lmms_eval_promptception/run/",
+                 "tests/data/lmms_eval_promptception/export/mmfragile_export.json", "tests/data/lm_eval_run/run/",
+                 "tests/data/vlmevalkit_run/run/")
 
 
 def tracked_files() -> list[Path]:
