@@ -1,5 +1,6 @@
-"""The committed real runs of the sample-log harnesses (``tests/data/<harness>_run``: the export, the run's logs and
-mmfragile's own rows on the same prompts), and how their tests compare rows."""
+"""The committed real runs of the sample-log harnesses (``tests/data/<harness>_run`` for study 1,
+``tests/data/<harness>_promptception`` for study 2: the export, the run's logs and mmfragile's own rows and store
+config on the same prompts; each folder's README says how it was made), and how their tests compare rows."""
 from __future__ import annotations
 
 import json
@@ -11,8 +12,7 @@ from typing import Callable
 import pandas as pd
 import pytest
 
-from mmfragile.harness.lm_eval import import_lm_eval
-from mmfragile.harness.lmms_eval import import_lmms_eval
+from mmfragile.harness import lm_eval, lmms_eval
 from mmfragile.store import ResultStore
 
 DATA = Path(__file__).parent / "data"
@@ -25,7 +25,9 @@ class RecordedRun:
     harness: str
     root: Path
     importer: Callable[..., ResultStore]
+    task_of: Callable[[Path], str]  # a sample log's task, from its file name
     model: str
+    rows: int  # requests logged, each a row of the store
     log_glob: str  # the sample log the tests edit
     data_file: str  # that log's task's exported data file
     results_glob: str
@@ -61,13 +63,19 @@ class RecordedRun:
 
 LM_EVAL_GROUP = "mmfragile_format_bias_synthetic_text"
 RUNS = [
-    RecordedRun("lmms-eval", DATA / "lmms_eval_run", import_lmms_eval, "zoo-gemma3-good",
-                "*_samples_*standard.jsonl", "mmfragile_format_bias_easy_vqa_standard.jsonl", "*_results.json"),
-    RecordedRun("lm-eval", DATA / "lm_eval_run", import_lm_eval, "zoo-smollm2-good",
+    RecordedRun("lmms-eval", DATA / "lmms_eval_run", lmms_eval.import_lmms_eval, lmms_eval.task_of,
+                "zoo-gemma3-good", 16, "*_samples_*standard.jsonl", "mmfragile_format_bias_easy_vqa_standard.jsonl",
+                "*_results.json"),
+    RecordedRun("lmms-eval", DATA / "lmms_eval_promptception", lmms_eval.import_lmms_eval, lmms_eval.task_of,
+                "zoo-gemma3-good", 12, "*_samples_*_1_1_t24.jsonl", "mmfragile_promptception_easy_vqa_1_1_t24.jsonl",
+                "*_results.json"),
+    RecordedRun("lm-eval", DATA / "lm_eval_run", lm_eval.import_lm_eval, lm_eval.task_of, "zoo-smollm2-good", 16,
                 f"samples_{LM_EVAL_GROUP}_uppercase_dot_line_break_*.jsonl",
                 f"{LM_EVAL_GROUP}_uppercase_dot_line_break.jsonl", "results_*.json"),
+    RecordedRun("lm-eval", DATA / "lm_eval_promptception", lm_eval.import_lm_eval, lm_eval.task_of, "smollm2", 12,
+                "samples_*_1_1_t24_*.jsonl", "mmfragile_promptception_synthetic_text_1_1_t24.jsonl", "results_*.json"),
 ]
-harnesses = pytest.mark.parametrize("rec", RUNS, ids=[r.harness for r in RUNS])
+harnesses = pytest.mark.parametrize("rec", RUNS, ids=[f"{r.harness}:{r.root.name}" for r in RUNS])
 
 
 def native_rows(rec: RecordedRun) -> pd.DataFrame:

@@ -30,6 +30,7 @@ SCANNED_SUFFIXES = {".txt", ".toml", ".yml", ".yaml", ".cfg", ".ini", ".sh", ".p
 #: argv, an export's manifest the checkpoint view it wrote); nothing installs or runs from them
 RECORDED_RUNS = ("tests/data/lmms_eval_run/run/", "tests/data/lmms_eval_promptception/run/",
                  "tests/data/lmms_eval_promptception/export/mmfragile_export.json", "tests/data/lm_eval_run/run/",
+                 "tests/data/lm_eval_promptception/run/",
                  "tests/data/vlmevalkit_run/run/")
 
 

@@ -12,13 +12,13 @@ import pytest
 from harness_runs import by_key, cells, harnesses, native_rows
 
 from mmfragile.cli import main
-from mmfragile.harness.common import HarnessError
+from mmfragile.harness.common import MANIFEST, HarnessError
 
 
 @harnesses
 def test_import_equals_mmfragiles_own_run(rec, tmp_path):
     got, want = by_key(rec.import_(rec.root / "run", tmp_path).read()), by_key(native_rows(rec))
-    assert len(got) == len(want) == 16
+    assert len(got) == len(want) == rec.rows
     assert sorted(got.columns) == sorted(want.columns)  # every native column but option_logits
     for col in want.columns:
         assert cells(got[col]) == cells(want[col]), col
@@ -31,7 +31,7 @@ def test_imported_config_is_the_native_one(rec, tmp_path):
     assert {k: v for k, v in store.config.items() if k != "run_info"} == \
         {k: v for k, v in native.items() if k != "run_info"}
     assert store.config["run_info"]["provenance"][rec.model]["harness"] == rec.harness
-    assert store.check().complete and len(store) == 16
+    assert store.check().complete and len(store) == rec.rows
 
 
 @harnesses
@@ -42,7 +42,7 @@ def test_a_request_the_run_left_out_is_missing_in_the_manifest(rec, tmp_path):
     log.write_text("".join(lines[:3] + lines[4:]))  # doc_id 3 of this task not run (e.g. --limit)
     store = rec.import_(run, tmp_path)
     check = store.check()
-    assert len(store) == 15 and not check.complete
+    assert len(store) == rec.rows - 1 and not check.complete
     row = json.loads((rec.root / "export" / "data" / rec.data_file).read_text().splitlines()[3])
     assert check.missing.astype(str).values.tolist() == [[rec.model, row["dataset"], row["question_id"],
                                                           row["variant"]]]
@@ -85,7 +85,7 @@ def test_import_finds_the_export_from_results_json(rec, tmp_path, capsys):
     shutil.copytree(rec.root / "export", export)
     rec.point_results_at(run, export)
     assert main(["import", rec.harness, str(run), "--out", str(tmp_path / "store")]) == 0
-    assert "16 rows stored, 16 expected by the manifests - COMPLETE" in capsys.readouterr().out
+    assert f"{rec.rows} rows stored, {rec.rows} expected by the manifests - COMPLETE" in capsys.readouterr().out
 
 
 @harnesses
@@ -94,4 +94,19 @@ def test_import_without_export_folder_names_what_to_pass(rec, tmp_path, capsys):
     rec.point_results_at(run, tmp_path / "moved")
     assert main(["import", rec.harness, str(run), "--out", str(tmp_path / "store")]) == 2
     err = capsys.readouterr().err
-    assert "--export DIR" in err and "samples_mmfragile_format_bias" in err and err.count("\n") == 1
+    assert "--export DIR" in err and "samples_mmfragile_" in err and err.count("\n") == 1
+
+
+@harnesses
+def test_the_harness_own_score_of_each_sample_is_mmfragiles(rec):
+    """The exported process_results scores as the study does: the exact_match the harness logged for each sample
+    is the native row's (first-stage, for study 2) ``correct``."""
+    man = json.loads((rec.root / "export" / MANIFEST).read_text())
+    logged = {}
+    for log in (rec.root / "run").rglob("*samples_*.jsonl"):
+        rows = [json.loads(x) for x in (rec.root / "export" / man["tasks"][rec.task_of(log)]["data"]).read_text()
+                .splitlines()]
+        for line in log.read_text().splitlines():
+            s = json.loads(line)
+            logged[rows[s["doc_id"]]["question_id"], rows[s["doc_id"]]["variant"]] = s["exact_match"]
+    assert logged == {(r["question_id"], r["variant"]): float(r["correct"]) for r in native_rows(rec).to_dict("records")}

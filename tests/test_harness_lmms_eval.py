@@ -198,28 +198,3 @@ def test_free_text_answers_get_a_checkpoint_that_stops_at_the_end_of_the_turn(tm
     fb = export_lmms_eval("format-bias", "zoo-gemma3-good", "easy-vqa", tmp_path / "fb", n=1,
                           formats=["uppercase-dot-comma"], standard_format="none")
     assert fb["checkpoint"] == str(ckpt) and not (tmp_path / "fb" / "checkpoint").exists()
-
-
-def test_real_promptception_logs_import_equal_to_mmfragiles_own_run(tmp_path):
-    """A real lmms-eval run of study 2 (tests/data/lmms_eval_promptception/README.md) through the export's
-    end-of-turn checkpoint: 12/12 raw outputs and every column equal mmfragile's own run; lmms-eval's own
-    per-sample exact_match (utils.process_results) is the first-stage `correct`."""
-    pc = Path(__file__).parent / "data" / "lmms_eval_promptception"
-    store = import_lmms_eval([pc / "run"], tmp_path / "store", export=pc / "export")
-    got = by_key(store.read())
-    want = by_key(pd.DataFrame(json.loads((pc / "native_rows.json").read_text())))
-    assert len(got) == len(want) == 12 and sorted(got.columns) == sorted(want.columns)
-    for col in want.columns:
-        assert cells(got[col]) == cells(want[col]), col
-    native = json.loads((pc / "native_config.json").read_text())
-    assert {k: v for k, v in store.config.items() if k != "run_info"} == \
-        {k: v for k, v in native.items() if k != "run_info"}
-    logged = {}
-    for log in (pc / "run").glob("*_samples_*.jsonl"):
-        man = json.loads((pc / "export" / MANIFEST).read_text())
-        task = log.name.split("_samples_")[1][:-len(".jsonl")]
-        rows = [json.loads(x) for x in (pc / "export" / man["tasks"][task]["data"]).read_text().splitlines()]
-        for line in log.read_text().splitlines():
-            s = json.loads(line)
-            logged[rows[s["doc_id"]]["question_id"], rows[s["doc_id"]]["variant"]] = s["exact_match"]
-    assert logged == {(r["question_id"], r["variant"]): float(r["correct"]) for r in want.to_dict("records")}

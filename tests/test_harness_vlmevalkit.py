@@ -120,6 +120,17 @@ def test_export_bad_format_is_one_line(tmp_path, capsys):
     assert "paren" in err and err.count("\n") == 1
 
 
+def test_a_study_the_bridge_cannot_run_is_refused_before_any_model(tmp_path):
+    """VLMEvalKit's rows for study 2 are not written (docs/harnesses.md, Not done yet): the export says so and which
+    study it runs; the CLI offers only that study."""
+    from mmfragile.harness.vlmevalkit import export_vlmevalkit
+
+    with pytest.raises(ValueError, match=r"export vlmevalkit: study 'promptception' is not supported "
+                                         r"\(supported: format-bias\)"):
+        export_vlmevalkit("promptception", "no-such-model", "easy-vqa", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_longer_answer_budget_gets_its_own_dataset(tmp_path, monkeypatch):
     """VLMEvalKit's max_new_tokens is the model's setting: a variant whose IDs take 2 tokens (counted here as
     characters: roman "II" is 2) is a dataset of its own, to run with a model generating 2 tokens."""

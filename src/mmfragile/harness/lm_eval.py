@@ -15,9 +15,10 @@ Export (:func:`export_lm_eval`) writes one folder, run with ``lm_eval --include_
 * ``data/TASK.jsonl`` - one row per request (every circular shift is a row) carrying mmfragile's keys, the user
   text as mmfragile renders it before the chat template, option IDs, answer ID and budget (the columns of
   :func:`mmfragile.harness.common.item_row`);
-* ``utils.py`` - ``doc_to_text`` / ``doc_to_target`` and ``process_results``, which scores with mmfragile's own
-  :func:`mmfragile.extraction.score_exact_match` (mmfragile installed in lm-eval's venv:
-  ``scripts/install_lm_eval.sh``);
+* ``utils.py`` - ``doc_to_text`` / ``doc_to_target`` and ``process_results``, which scores with the study's own
+  score function (study 1: exact match; study 2: the first stage of the two-stage extraction, the raw response kept
+  for the second, which ``mmfragile run promptception --extractor`` runs on the imported store; mmfragile is
+  installed in lm-eval's venv: ``scripts/install_lm_eval.sh``);
 * ``mmfragile_export.json`` - the study, model, dataset, parameters and the config of the native store.
 
 Run it with ``--apply_chat_template`` (the user text goes through the tokenizer's chat template, as mmfragile's
@@ -40,8 +41,8 @@ from mmfragile.harness.common import (ITEM_COLUMNS, HarnessError, find_files, ha
 from mmfragile.store import ResultStore
 
 HARNESS = "lm-eval"
-#: Studies whose grid lm-eval can run: their score function is a pure function of the raw output.
-STUDIES = ("format-bias",)
+#: Studies whose grid lm-eval can run: their (first-stage) score function is a pure function of the raw output.
+STUDIES = ("format-bias", "promptception")
 
 UTILS = utils_module(HARNESS)
 
@@ -56,8 +57,9 @@ output_type: generate_until
 doc_to_text: !function utils.doc_to_text
 doc_to_target: !function utils.doc_to_target
 process_results: !function utils.process_results
-# greedy, the variant's answer budget (the longest option ID in tokens, Sec. A.4); no stop strings of the task
-# (until: []): the model's own end of turn ends the answer, as in mmfragile
+# greedy, the variant's answer budget as mmfragile sets it (study 1: the longest option ID in tokens, Sec. A.4;
+# study 2: --max-new-tokens); no stop strings of the task (until: []): the model's own end of turn ends the
+# answer, as in mmfragile
 generation_kwargs:
   until: []
   max_gen_toks: {max_new_tokens}
