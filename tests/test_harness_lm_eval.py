@@ -131,28 +131,33 @@ def test_export_refuses_questions_with_images(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.skipif(not (lm_eval_venv() / "bin" / "lm_eval").exists(),
                     reason=f"no lm-eval venv at {lm_eval_venv()}: run scripts/install_lm_eval.sh")
-def test_round_trip_with_real_lm_eval(tmp_path):
-    """export -> lm_eval (hf, CPU, chat template) -> import equals run_study on the same questions and formats; the
+@pytest.mark.parametrize("study, group, params, rows", [
+    ("format-bias", GROUP, dict(formats=["roman-bracket-comma"], standard_format="none"), 34),
+    ("promptception", "mmfragile_promptception_synthetic_text",
+     dict(n=4, prompt_ids=["1.1", "6.1", "12.1"], max_new_tokens=24), 12),
+])
+def test_round_trip_with_real_lm_eval(tmp_path, study, group, params, rows):
+    """export -> lm_eval (hf, CPU, chat template) -> import equals run_study on the same questions and variants; the
     model is the embedded text LM ``smollm2`` (SmolLM2-135M-Instruct), which lm-eval's ``hf`` class loads."""
     from mmfragile.models.embedded import embedded_model_path
-    from mmfragile.study import run_study
+    from mmfragile.study import get_study, run_study
 
-    formats = ["roman-bracket-comma"]
     export, runs = tmp_path / "export", tmp_path / "runs"
-    assert main(["export", "lm-eval", "--model", "smollm2", "--dataset", "synthetic-text",
-                 "--formats", ",".join(formats), "--standard-format", "none", "--out", str(export)]) == 0
+    options = [f"--{k.replace('_', '-')}={','.join(v) if isinstance(v, list) else v}" for k, v in params.items()]
+    assert main(["export", "lm-eval", "--study", study, "--model", "smollm2", "--dataset", "synthetic-text",
+                 *options, "--out", str(export)]) == 0
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     subprocess.run([str(lm_eval_venv() / "bin" / "lm_eval"), "--model", "hf", "--model_args",
                     f"pretrained={embedded_model_path('smollm2')}", "--device", "cpu", "--apply_chat_template",
-                    "--include_path", str(export), "--tasks", GROUP, "--batch_size", "1",
+                    "--include_path", str(export), "--tasks", group, "--batch_size", "1",
                     "--log_samples", "--output_path", str(runs)], check=True, env=env, cwd=tmp_path, timeout=3000)
     assert main(["import", "lm-eval", str(runs), "--out", str(tmp_path / "store")]) == 0
     got = by_key(ResultStore(tmp_path / "store").read())
-    native = run_study("format-bias", "smollm2", "synthetic-text", formats=formats, standard_format="none",
-                       out=tmp_path / "native", progress=False).stores["grid"].read()
-    want = by_key(native.drop(columns=["option_logits"]))
-    assert len(got) == len(want) == 34
+    native = run_study(study, "smollm2", "synthetic-text", out=tmp_path / "native", progress=False, **params)
+    grid_store = native.stores[get_study(study).stages[0].name]
+    want = by_key(grid_store.read().drop(columns=["option_logits"], errors="ignore"))
+    assert len(got) == len(want) == rows
     assert got["raw_output"].tolist() == want["raw_output"].tolist()
     pd.testing.assert_frame_equal(got[want.columns], want, check_dtype=False)
-    assert ResultStore(tmp_path / "store").config == {**ResultStore(tmp_path / "native").config,
+    assert ResultStore(tmp_path / "store").config == {**grid_store.config,
                                                       "run_info": ResultStore(tmp_path / "store").config["run_info"]}
