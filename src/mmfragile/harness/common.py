@@ -94,6 +94,22 @@ class StudyGrid:
                 "item_class": f"{cls.__module__}:{cls.__qualname__}", "stop_strings": self.stop_strings, **extra}
 
 
+#: The head of an exported task's YAML, in the lm-eval dialect lmms-eval shares (``{harness}`` filled by the
+#: bridge, the rest per task): the task, its data file, free generation, the hooks of the export's ``utils.py``.
+TASK_HEAD_YAML = """# written by `mmfragile export {harness}`: {what}
+task: {task}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_text: !function utils.doc_to_text
+doc_to_target: !function utils.doc_to_target
+process_results: !function utils.process_results
+"""
+
+
 #: The metrics every exported task reports (its ``process_results``: :func:`task_hooks`), in lm-eval's YAML.
 METRICS_YAML = """metric_list:
   - metric: exact_match

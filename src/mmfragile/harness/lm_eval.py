@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from mmfragile.harness.common import (ITEM_COLUMNS, HarnessError, find_files, harness_provenance, import_samples,
-                                      METRICS_YAML, read_results, study_grid, utils_module, write_export)
+                                      METRICS_YAML, TASK_HEAD_YAML, read_results, study_grid, utils_module, write_export)
 from mmfragile.store import ResultStore
 
 HARNESS = "lm-eval"
@@ -46,17 +46,7 @@ STUDIES = ("format-bias", "promptception")
 
 UTILS = utils_module(HARNESS)
 
-TASK_YAML = """# written by `mmfragile export lm-eval`: {what}
-task: {task}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: generate_until
-doc_to_text: !function utils.doc_to_text
-doc_to_target: !function utils.doc_to_target
-process_results: !function utils.process_results
+TASK_YAML = TASK_HEAD_YAML.replace("{harness}", HARNESS) + """\
 # greedy, the variant's answer budget as mmfragile sets it (study 1: the longest option ID in tokens, Sec. A.4;
 # study 2: --max-new-tokens); no stop strings of the task (until: []): the model's own end of turn ends the
 # answer, as in mmfragile

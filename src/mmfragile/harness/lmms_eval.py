@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from mmfragile.harness.common import (HarnessError, eos_view, find_files, harness_provenance, import_samples,
-                                      METRICS_YAML, read_results, study_grid, utils_module, write_export)
+                                      METRICS_YAML, TASK_HEAD_YAML, read_results, study_grid, utils_module, write_export)
 from mmfragile.store import ResultStore
 
 HARNESS = "lmms-eval"
@@ -40,18 +40,8 @@ STUDIES = ("format-bias", "promptception")
 
 UTILS = utils_module(HARNESS)
 
-TASK_YAML = """# written by `mmfragile export lmms-eval`: {what}
-task: {task}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: generate_until
+TASK_YAML = TASK_HEAD_YAML.replace("{harness}", HARNESS) + """\
 doc_to_visual: !function utils.doc_to_visual
-doc_to_text: !function utils.doc_to_text
-doc_to_target: !function utils.doc_to_target
-process_results: !function utils.process_results
 # greedy, mmfragile's answer budget; `until`: the checkpoint's end-of-turn tokens. llava_hf ignores `until` and
 # stops only at tokenizer.eos_token_id (Gemma-3 runs on past <end_of_turn>): process_results and
 # `mmfragile import lmms-eval` cut each response at the first of them, where mmfragile's generation stops.
