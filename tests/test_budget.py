@@ -142,10 +142,20 @@ def test_simulated_grids_reproduce_the_published_tables():
     m = tu.merge(pub, on=["model", "format"], suffixes=("", "_pub"))
     assert len(m) == 96 and sim.groupby("model")["question"].nunique().eq(800).all()   # Tab. 5: 800 circular items
     assert (m["accuracy"] - m["accuracy_pub"]).abs().max() <= 100 / 800 / 2 + 1e-9      # exact to the item
-    ps = simulate_promptception_grid(benchmarks=["MMStar"], models=["GPT-4o"], max_items=300)
+    ps = simulate_promptception_grid(datasets=["MMStar"], models=["GPT-4o"], max_items=300)
     acc = ps.groupby("prompt_id")["correct"].mean() * 100
     pub = pc.load_published_accuracy().query("benchmark == 'MMStar' and model == 'GPT-4o'").set_index("prompt_id")
     assert len(acc) == 59 and (acc - pub.loc[acc.index, "accuracy"]).abs().max() <= 100 / 300 / 2 + 1e-9
+
+
+@pytest.mark.parametrize("study, dataset, n_variants", [("format-bias", "HRBench-4K", 48),
+                                                         ("promptception", "MMStar", 59)])
+def test_every_study_with_a_published_grid_simulates_it_through_the_one_budget_interface(study, dataset, n_variants):
+    """What notebooks 35 / 42 call: ``complete_grid("published", study, datasets=...)`` for each study's grid
+    (promptception's simulate took ``benchmarks=``, so its notebook failed with a TypeError)."""
+    cells, spec, what = bv.complete_grid("published", study, datasets=[dataset], max_items=20)
+    assert set(cells["dataset"]) == {dataset} and cells.groupby("model")["question"].nunique().eq(20).all()
+    assert cells.groupby("model")[spec.unit].nunique().eq(n_variants).all() and "published" in what
 
 
 def test_estimator_beats_the_per_format_average_on_a_simulated_grid():

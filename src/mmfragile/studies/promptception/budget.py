@@ -53,16 +53,15 @@ def cells(rows: pd.DataFrame, prompt_ids: Sequence[str] | None = None) -> pd.Dat
     return merge_outcomes(grid, r)
 
 
-def simulate_published(published: pd.DataFrame | None = None, benchmarks: Sequence[str] | None = None,
-                                models: Sequence[str] | None = None, tau: float = 2.0, rho: float = 0.8,
-                                seed: int = 0, max_items: int | None = None,
-                                n_items: dict[str, int] | None = None) -> pd.DataFrame:
+def simulate_published(published: pd.DataFrame | None = None, datasets: Sequence[str] | None = None,
+                       models: Sequence[str] | None = None, tau: float = 2.0, rho: float = 0.8, seed: int = 0,
+                       max_items: int | None = None, n_items: dict[str, int] | None = None) -> pd.DataFrame:
     """Complete simulated grids for Promptception's Tables 6-8 (59 / 61 prompts x 10 models x 3 benchmarks):
     ``dataset`` (= benchmark), ``model, question, prompt_id, category, supercategory, intent, correct``.
     MVBench's GPT-4o / Gemini 1.5 Pro rows were measured on 100 videos: they get 100 items."""
     pub = pc.load_published_accuracy() if published is None else published
-    if benchmarks is not None:
-        pub = pub[pub["benchmark"].isin(benchmarks)]
+    if datasets is not None:  # the published tables call them benchmarks
+        pub = pub[pub["benchmark"].isin(datasets)]
     if models is not None:
         pub = pub[pub["model"].isin(models)]
     pub = pub.rename(columns={"benchmark": "dataset"}).copy()
