@@ -204,14 +204,13 @@ def until_stop(raw: str, stops: Sequence[str]) -> str:
     return raw[:cut]
 
 
-def scorer(manifest: Mapping[str, Any]) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
-    """``score(row, raw) -> columns``: the study's own score function on an exported row and a harness' raw output
-    (what import stores and the exported ``process_results`` reports)."""
+def scorer(manifest: Mapping[str, Any]) -> tuple[type, Callable[[str, EvalItem], dict[str, Any]]]:
+    """(the study's item class, ``score(raw, item) -> columns``): the study's own score function of the exported
+    stage, for a harness' raw output on an exported row's item (:func:`row_item`) - what import stores and the
+    exported ``process_results`` reports."""
     from mmfragile.study import get_study
 
-    score = get_study(manifest["study"]).stage(manifest["stage"]).score(None, manifest["params"])
-    cls = item_class(manifest)
-    return lambda row, raw: score(raw, row_item(row, cls))
+    return item_class(manifest), get_study(manifest["study"]).stage(manifest["stage"]).score(None, manifest["params"])
 
 
 def task_hooks(manifest_file: str | Path) -> tuple[Callable, ...]:
@@ -220,7 +219,7 @@ def task_hooks(manifest_file: str | Path) -> tuple[Callable, ...]:
     own scoring of the response cut at the model's end of turn (format-bias: exact match, Sec. A.3; promptception:
     the first, model-free stage of the answer extraction, App. E), reported as ``exact_match`` and ``coverage``."""
     manifest = json.loads(Path(manifest_file).read_text())
-    score, stops = scorer(manifest), manifest.get("stop_strings", [])
+    (cls, score), stops = scorer(manifest), manifest.get("stop_strings", [])
 
     def doc_to_visual(doc):
         from PIL import Image
@@ -234,7 +233,7 @@ def task_hooks(manifest_file: str | Path) -> tuple[Callable, ...]:
         return doc["answer_id"]
 
     def process_results(doc, results):
-        scored = score(doc, until_stop(results[0], stops))
+        scored = score(until_stop(results[0], stops), row_item(doc, cls))
         return {"exact_match": float(scored["correct"]), "coverage": float(scored["covered"])}
 
     return doc_to_visual, doc_to_text, doc_to_target, process_results
@@ -391,8 +390,8 @@ def raw_response(resp: Any, where: str) -> str:
 
 
 def harness_provenance(harness: str, results: Sequence[Mapping], files: Sequence[Path], version_key: str,
-                       **fields: str) -> dict[str, Any]:
-    """What a run of ``harness`` records of itself: its version (``results[version_key]``), the entries ``fields``
+                       **entries: str) -> dict[str, Any]:
+    """What a run of ``harness`` records of itself: its version (``results[version_key]``), the ``entries``
     (store key -> dotted key in the results file: ``config.model`` for the model class, ``config.model_args`` ...)
     and the files read."""
     def get(res: Mapping, dotted: str) -> str:
@@ -403,7 +402,7 @@ def harness_provenance(harness: str, results: Sequence[Mapping], files: Sequence
     first = results[0] if results else {}
     return {"harness": harness, "harness_version": get(first, version_key) if results
             else "not recorded: no results file",
-            **{k: get(first, v) for k, v in fields.items()},
+            **{k: get(first, v) for k, v in entries.items()},
             "results_json": [str(r["path"]) for r in results], "sample_logs": [str(f) for f in files]}
 
 
@@ -424,12 +423,8 @@ def import_samples(harness: str, logs: Sequence[tuple[Path, str]], results: Sequ
             raise HarnessError(f"{f}: task {task!r} is not in {folder / MANIFEST} (tasks: {', '.join(man['tasks'])})")
         scored += joined(f, read_jsonl(folder / man["tasks"][task]["data"]), check)
     man = one_manifest(manifests)
-    name = model or man["model"]
-    store = write_store(out, man, scored, name, provenance)
-    all_rows = [r for t in man["tasks"].values() for r in read_jsonl(next(iter(manifests)) / t["data"])]
-    store.declare([{"model": name, **{k: r[k] for k in ("dataset", "question_id", "variant")}} for r in all_rows],
-                  label=f"{harness}-export")
-    return store
+    return write_store(out, man, scored, model, provenance, exported_rows(next(iter(manifests)), man["tasks"]),
+                       f"{harness}-export")
 
 
 def one_manifest(manifests: Mapping[Path, dict]) -> dict:
@@ -441,16 +436,24 @@ def one_manifest(manifests: Mapping[Path, dict]) -> dict:
     return first[1]
 
 
-def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[tuple[dict, str]], model: str,
-                provenance: Mapping[str, Any]) -> ResultStore:
+def exported_rows(folder: Path, entries: Mapping[str, Mapping[str, Any]]) -> list[dict]:
+    """Every row an export wrote: the data files (``data``) of its ``entries`` (tasks, datasets) under ``folder``."""
+    return [r for e in entries.values() for r in read_jsonl(Path(folder) / e["data"])]
+
+
+def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[tuple[dict, str]], model: str | None,
+                provenance: Mapping[str, Any], exported: Sequence[Mapping[str, Any]], label: str) -> ResultStore:
     """The result store of ``scored`` = (exported row, raw output) pairs: every output cut at the model's end of
     turn (:func:`until_stop`; the provenance counts the outputs cut) and scored by the study's own score function,
-    under the config of a native run (``model`` names the run as ``--model`` would)."""
+    under the config of a native run (``model`` names the run as ``--model`` would; default: the export's). The
+    store's manifest (``label``) declares every ``exported`` request, so ``mmfragile merge STORE`` lists what the
+    harness' run left out."""
     from mmfragile.study import get_study, tag
 
+    model = model or manifest["model"]
     study = get_study(manifest["study"])
     stage = study.stage(manifest["stage"])
-    score = scorer(manifest)
+    cls, score = scorer(manifest)
     config = {**manifest["config"], **tag(study, stage), "model": model}   # tagged as run_study tags its stores
     store = ResultStore(out, config=config, run_info=manifest["run_info"] or None)
     if len(store):
@@ -462,10 +465,12 @@ def write_store(out: str | Path, manifest: Mapping[str, Any], scored: Sequence[t
     store.merge_run_info("provenance", {model: {**manifest.get("provenance", {}), **provenance,
                                                 "cut_at_end_of_turn": {"strings": stops, "responses": n_cut}}})
     rows = []
-    cls = item_class(manifest)
     for row, raw in cut:
         it = row_item(row, cls)
         rows.append({"model": model, **it.key, "raw_output": raw, "option_ids": list(it.option_ids),
-                     "answer_id": it.answer_id, **score(row, raw)})
+                     "answer_id": it.answer_id, **score(raw, it)})
     store.append(rows)
-    return ResultStore(store.root)
+    store = ResultStore(store.root)
+    store.declare([{"model": model, **{k: r[k] for k in ("dataset", "question_id", "variant")}} for r in exported],
+                  label=label)
+    return store

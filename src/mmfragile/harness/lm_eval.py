@@ -36,8 +36,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from mmfragile.harness.common import (ITEM_COLUMNS, HarnessError, find_files, harness_provenance, import_samples,
-                                      METRICS_YAML, TASK_HEAD_YAML, read_results, study_grid, utils_module, write_export)
+from mmfragile.harness.common import (ITEM_COLUMNS, METRICS_YAML, TASK_HEAD_YAML, HarnessError, find_files,
+                                      harness_provenance, import_samples, read_results, study_grid, utils_module,
+                                      write_export)
 from mmfragile.store import ResultStore
 
 HARNESS = "lm-eval"

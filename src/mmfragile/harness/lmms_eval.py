@@ -30,8 +30,9 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from mmfragile.harness.common import (HarnessError, eos_view, find_files, harness_provenance, import_samples,
-                                      METRICS_YAML, TASK_HEAD_YAML, read_results, study_grid, utils_module, write_export)
+from mmfragile.harness.common import (METRICS_YAML, TASK_HEAD_YAML, HarnessError, eos_view, find_files,
+                                      harness_provenance, import_samples, read_results, study_grid, utils_module,
+                                      write_export)
 from mmfragile.store import ResultStore
 
 HARNESS = "lmms-eval"

@@ -43,8 +43,8 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from mmfragile.harness.common import (MANIFEST, HarnessError, group_name, item_row, read_jsonl, read_manifest,
-                                      study_grid, write_jsonl, write_store)
+from mmfragile.harness.common import (MANIFEST, HarnessError, exported_rows, group_name, item_row, read_jsonl,
+                                      read_manifest, study_grid, write_jsonl, write_store)
 from mmfragile.store import ResultStore
 
 HARNESS = "VLMEvalKit"
@@ -289,9 +289,5 @@ def import_vlmevalkit(pred_files: Sequence[str | Path], out: str | Path, export:
         read_from[name] = f
         harness_models.append(f.stem[:-len(name) - 1])
         scored += _joined(f, read_predictions(f), read_jsonl(folder / man["datasets"][name]["data"]))
-    name = model or man["model"]
-    store = write_store(out, man, scored, name, _provenance(files, harness_models))
-    all_rows = [r for d in man["datasets"].values() for r in read_jsonl(folder / d["data"])]
-    store.declare([{"model": name, **{k: r[k] for k in ("dataset", "question_id", "variant")}} for r in all_rows],
-                  label="vlmevalkit-export")
-    return store
+    return write_store(out, man, scored, model, _provenance(files, harness_models),
+                       exported_rows(folder, man["datasets"]), "vlmevalkit-export")
