@@ -406,25 +406,30 @@ def harness_provenance(harness: str, results: Sequence[Mapping], files: Sequence
             "results_json": [str(r["path"]) for r in results], "sample_logs": [str(f) for f in files]}
 
 
-def import_samples(harness: str, logs: Sequence[tuple[Path, str]], results: Sequence[Mapping],
-                   export: str | Path | None, out: str | Path, model: str | None, check: SampleCheck,
-                   provenance: Mapping[str, Any]) -> ResultStore:
-    """The result store of a harness' sample ``logs`` = (file, task) of exported tasks: each joined to its task's
-    data file (:func:`joined`) and scored by the study (:func:`write_store`); ``model`` names the run (default: the
-    export's ``--model``). The store's manifest declares every exported request, so ``mmfragile merge STORE`` lists
-    what the runs left out (``--limit``)."""
+def import_samples(harness: str, run_dirs: Sequence[str | Path], out: str | Path, export: str | Path | None,
+                   model: str | None, logs: str, results: str, hint: str, task_of: Callable[[Path], str],
+                   check: SampleCheck, version_key: str, **entries: str) -> ResultStore:
+    """The result store of a harness' runs of exported tasks: one row per line of the sample logs under
+    ``run_dirs`` (files matching ``logs``, each of task ``task_of(file)``; none: an error ending in ``hint``), joined
+    to its task's data file (:func:`joined`, ``check``) and scored by the study (:func:`write_store`); ``model``
+    names the run (default: the export's ``--model``). Provenance: :func:`harness_provenance` of the results files
+    matching ``results`` (``version_key``, ``entries``). The store's manifest declares every exported request, so
+    ``mmfragile merge STORE`` lists what the runs left out (``--limit``)."""
+    files = find_files(run_dirs, logs, harness, hint)
+    found = read_results(run_dirs, results)
     export = None if export is None else Path(export)
     manifests: dict[Path, dict] = {}
     scored: list[tuple[dict, str]] = []
-    for f, task in logs:
-        folder = export_folder(task, results, export, f)
+    for f in files:
+        task = task_of(f)
+        folder = export_folder(task, found, export, f)
         man = manifests.setdefault(folder, read_manifest(folder))
         if task not in man["tasks"]:
             raise HarnessError(f"{f}: task {task!r} is not in {folder / MANIFEST} (tasks: {', '.join(man['tasks'])})")
         scored += joined(f, read_jsonl(folder / man["tasks"][task]["data"]), check)
     man = one_manifest(manifests)
-    return write_store(out, man, scored, model, provenance, exported_rows(next(iter(manifests)), man["tasks"]),
-                       f"{harness}-export")
+    return write_store(out, man, scored, model, harness_provenance(harness, found, files, version_key, **entries),
+                       exported_rows(next(iter(manifests)), man["tasks"]), f"{harness}-export")
 
 
 def one_manifest(manifests: Mapping[Path, dict]) -> dict:

@@ -36,9 +36,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from mmfragile.harness.common import (ITEM_COLUMNS, METRICS_YAML, TASK_HEAD_YAML, HarnessError, find_files,
-                                      harness_provenance, import_samples, read_results, study_grid, utils_module,
-                                      write_export)
+from mmfragile.harness.common import (ITEM_COLUMNS, METRICS_YAML, TASK_HEAD_YAML, HarnessError, import_samples,
+                                      study_grid, utils_module, write_export)
 from mmfragile.store import ResultStore
 
 HARNESS = "lm-eval"
@@ -94,22 +93,11 @@ def run_hint(manifest: dict[str, Any], out: str | Path) -> str:
 SAMPLES = re.compile(r"samples_(?P<task>.+)_(?P<date>\d{4}-\d\d-\d\dT[\d.-]+)\.jsonl")
 
 
-def sample_files(run_dirs: Sequence[str | Path]) -> list[Path]:
-    """Every ``samples_<task>_<date>.jsonl`` under the run folders (or the files themselves)."""
-    return find_files(run_dirs, "samples_*.jsonl", HARNESS,
-                      "run lm_eval with --log_samples --output_path DIR")
-
-
 def task_of(path: Path) -> str:
     m = SAMPLES.fullmatch(path.name)
     if not m:
         raise HarnessError(f"{path}: not an lm-eval sample log (samples_<task>_<date>.jsonl)")
     return m["task"]
-
-
-def results_files(run_dirs: Sequence[str | Path]) -> list[dict]:
-    """The ``results_<date>.json`` of the runs (model, model_args, version and each task's config)."""
-    return read_results(run_dirs, "results_*.json")
 
 
 def _check(s: Mapping[str, Any], row: Mapping[str, Any], where: str) -> None:
@@ -125,13 +113,10 @@ def _check(s: Mapping[str, Any], row: Mapping[str, Any], where: str) -> None:
 
 def import_lm_eval(run_dirs: Sequence[str | Path], out: str | Path, export: str | Path | None = None,
                    model: str | None = None) -> ResultStore:
-    """The result store of lm-eval runs of exported task groups (module docstring): one row per logged sample,
-    scored by the study; ``model`` names the run (default: the export's ``--model``). The store's manifest declares
-    every exported request, so ``mmfragile merge STORE`` lists what the runs left out (``--limit``)."""
-    files = sample_files(run_dirs)
-    results = results_files(run_dirs)
-    return import_samples(HARNESS, [(f, task_of(f)) for f in files], results, export, out, model, _check,
-                          harness_provenance(HARNESS, results, files, "lm_eval_version", harness_model="config.model",
-                                             model_args="config.model_args", device="config.device",
-                                             transformers_version="transformers_version",
-                                             chat_template_sha="chat_template_sha"))
+    """The result store of lm-eval runs of exported task groups (module docstring): one row per logged sample, scored
+    by the study, every exported request declared (:func:`mmfragile.harness.common.import_samples`); ``model``
+    names the run (default: the export's ``--model``)."""
+    return import_samples(HARNESS, run_dirs, out, export, model, "samples_*.jsonl", "results_*.json",
+                          "run lm_eval with --log_samples --output_path DIR", task_of, _check, "lm_eval_version",
+                          harness_model="config.model", model_args="config.model_args", device="config.device",
+                          transformers_version="transformers_version", chat_template_sha="chat_template_sha")

@@ -30,9 +30,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from mmfragile.harness.common import (METRICS_YAML, TASK_HEAD_YAML, HarnessError, eos_view, find_files,
-                                      harness_provenance, import_samples, read_results, study_grid, utils_module,
-                                      write_export)
+from mmfragile.harness.common import (METRICS_YAML, TASK_HEAD_YAML, HarnessError, eos_view, import_samples, study_grid,
+                                      utils_module, write_export)
 from mmfragile.store import ResultStore
 
 HARNESS = "lmms-eval"
@@ -79,21 +78,11 @@ def run_hint(manifest: dict[str, Any], out: str | Path) -> str:
 
 
 # ============================================================================================== import
-def sample_files(run_dirs: Sequence[str | Path]) -> list[Path]:
-    """Every ``*_samples_<task>.jsonl`` under the run folders (or the files themselves)."""
-    return find_files(run_dirs, "*_samples_*.jsonl", HARNESS, "run lmms_eval with --log_samples --output_path DIR")
-
-
 def task_of(path: Path) -> str:
     name = path.name
     if "_samples_" not in name or not name.endswith(".jsonl"):
         raise HarnessError(f"{path}: not an lmms-eval sample log (<date>_samples_<task>.jsonl)")
     return name.split("_samples_", 1)[1][:-len(".jsonl")]
-
-
-def results_files(run_dirs: Sequence[str | Path]) -> list[dict]:
-    """The ``*_results.json`` of the runs (model, model_args, version and each task's config)."""
-    return read_results(run_dirs, "*results*.json")
 
 
 def _check(s: Mapping[str, Any], row: Mapping[str, Any], where: str) -> None:
@@ -105,12 +94,10 @@ def _check(s: Mapping[str, Any], row: Mapping[str, Any], where: str) -> None:
 
 def import_lmms_eval(run_dirs: Sequence[str | Path], out: str | Path, export: str | Path | None = None,
                      model: str | None = None) -> ResultStore:
-    """The result store of lmms-eval runs of exported task groups (module docstring): one row per logged sample,
-    scored by the study; ``model`` names the run (default: the export's ``--model``). The store's manifest declares
-    every exported request, so ``mmfragile merge STORE`` lists what the runs left out (``--limit``)."""
-    files = sample_files(run_dirs)
-    results = results_files(run_dirs)
-    return import_samples(HARNESS, [(f, task_of(f)) for f in files], results, export, out, model, _check,
-                          harness_provenance(HARNESS, results, files, "lmms_eval_version", harness_model="config.model",
-                                             harness_model_backend="config.model_backend",
-                                             model_args="config.model_args"))
+    """The result store of lmms-eval runs of exported task groups (module docstring): one row per logged sample, scored
+    by the study, every exported request declared (:func:`mmfragile.harness.common.import_samples`); ``model``
+    names the run (default: the export's ``--model``)."""
+    return import_samples(HARNESS, run_dirs, out, export, model, "*_samples_*.jsonl", "*results*.json",
+                          "run lmms_eval with --log_samples --output_path DIR", task_of, _check, "lmms_eval_version",
+                          harness_model="config.model", harness_model_backend="config.model_backend",
+                          model_args="config.model_args")
