@@ -74,7 +74,9 @@ class FakeServer:
                 n = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(n))
                 with state.lock:
-                    state.requests.append({"path": self.path, "headers": self.headers, "body": body})  # case-insensitive
+                    self.path, _, query = self.path.partition("?")  # the route; a query (a key in the URL) kept
+                    state.requests.append({"path": self.path, "query": query, "headers": self.headers,  # case-insensitive
+                                           "body": body})
                     state.in_flight += 1
                     state.max_in_flight = max(state.max_in_flight, state.in_flight)
                     scripted = state.plan.pop(0) if state.plan else None

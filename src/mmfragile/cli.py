@@ -43,11 +43,44 @@ def _on_sigterm(signum, frame):
 
 
 def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
+    """An error or warning as one line, its secrets masked (an API key never reaches a terminal or a log)."""
+    from mmfragile.redaction import redact
+
+    return redact(" ".join(str(e).split()))
+
+
+def _missing_module(e: ModuleNotFoundError) -> str:
+    """A module this environment lacks, as one line naming the script that builds the environment."""
+    venv = os.environ.get("VIRTUAL_ENV") or sys.prefix
+    script = "scripts/install_vllm.sh" if "vllm" in Path(venv).name or _module_here("vllm") else "scripts/install.sh"
+    return (f"this environment ({venv}) has no module {e.name!r}; (re)build it with `bash {script}` from the "
+            "repository (it installs everything mmfragile imports)")
+
+
+def _module_here(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     print(f"warning: {_one_line(message)}", file=sys.stderr)
+
+
+class _Redacting:
+    """A text stream whose every write has its secrets masked: whatever the CLI prints (summaries, the "next:" line,
+    run hints, merge and store reports, progress) never shows an API key."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from mmfragile.redaction import redact
+
+        return self._stream.write(redact(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _parse_params(pairs: list[list[str]] | None) -> dict:
@@ -127,7 +160,7 @@ def _run(a: argparse.Namespace, study) -> int:
                         adaptive=getattr(a, "adaptive", False), budget_seed=getattr(a, "budget_seed", 0),
                         budget_batch=getattr(a, "budget_batch", None), progress=not a.quiet, **params)
     except tuple(study.errors) as e:  # the study's own errors: its one line names what to pass
-        print(f"error: {study.error_line(e)}", file=sys.stderr)
+        print(f"error: {_one_line(study.error_line(e))}", file=sys.stderr)
         return 2
     except DataError as e:  # bad input: say which file and row, and what to do about it
         hint = "" if params.get("skip_bad_rows") or e.row is None else \
@@ -205,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = [x for x in argv if x != "--debug"]  # accepted anywhere on the line
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Redacting(sys.stdout), _Redacting(sys.stderr)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning  # one line each
@@ -229,10 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, (UsageError, ConfigMismatch, DataError)):  # the user's to mend: say what, exit 2
             print(f"error: {_one_line(e)}", file=sys.stderr)
             return 2
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            print(f"error: {_one_line(_missing_module(e))}", file=sys.stderr)
+            return 1
         print(f"error: {type(e).__name__}: {_one_line(e)} (mmfragile --debug ... or MMFRAGILE_DEBUG=1 shows the "
               "traceback)", file=sys.stderr)
         return 1
     finally:
+        sys.stdout, sys.stderr = streams
         if main_thread:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 

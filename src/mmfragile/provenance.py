@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mmfragile.paths import build_once, cache_dir
+from mmfragile.redaction import redact, without_credentials
 
 #: files above this size in a *dataset* folder enter its hash by name and size only (media, not annotations)
 MAX_HASHED_BYTES = 64 * 2**20
@@ -63,8 +64,10 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 def model_identity(spec, checkpoint_sha256: str) -> dict[str, Any]:
     """What makes rows one model's: the spec's backend, source and output-changing arguments
     (:attr:`~mmfragile.models.spec.ModelSpec.output_options`: not its name, batch size, memory ...) and the
-    checkpoint's SHA-256 (as :func:`model_provenance` records it)."""
-    return json.loads(json.dumps({"backend": spec.backend, "source": spec.source, "args": spec.output_options,
+    checkpoint's SHA-256 (as :func:`model_provenance` records it). Secrets are not part of it (a key change is not
+    a model change): the source's URL credentials are left out and secret arguments are not output options."""
+    return json.loads(json.dumps({"backend": spec.backend, "source": without_credentials(spec.source),
+                                  "args": spec.output_options,
                                   "checkpoint_sha256": checkpoint_sha256}, default=str))
 
 
@@ -73,7 +76,9 @@ def same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
     checkpoints are hashed the path may differ (a copied or moved checkpoint); otherwise the same source."""
     hashed = all(_SHA256.fullmatch(str(x.get("checkpoint_sha256"))) for x in (a, b))
     keys = ("backend", "args", "checkpoint_sha256") + (() if hashed else ("source",))
-    return all(a.get(k) == b.get(k) for k in keys)
+    # a store pinned before secrets were masked may hold a source with credentials in it
+    return all(without_credentials(a.get(k)) == without_credentials(b.get(k)) if k == "source" else a.get(k) == b.get(k)
+               for k in keys)
 
 
 def describe_identity(ident: dict[str, Any]) -> str:
@@ -96,7 +101,7 @@ def identity_clash(where: Path | str, name: str, held: dict[str, Any], new: dict
 
 def model_provenance(spec: str, folder: Path | None) -> dict[str, Any]:
     """The model spec and the SHA-256 of its checkpoint folder (an API model has none)."""
-    out: dict[str, Any] = {"model_spec": str(spec)}
+    out: dict[str, Any] = {"model_spec": redact(spec)}
     if folder is None:
         out["checkpoint_sha256"] = "none: no local checkpoint (an API model)"
     else:

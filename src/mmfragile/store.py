@@ -59,6 +59,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mmfragile.faults import fail_point, kill_point
+from mmfragile.redaction import redact_obj
 
 DEFAULT_KEY = ("model", "dataset", "question_id", "variant")
 #: Small parts are merged once ``COMPACT_FANOUT`` of them of similar size (same power of the fan-out) pile up.
@@ -105,7 +106,8 @@ class _ReadFailed(Exception):
 
 
 def _canonical(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+    """``obj`` as config.json holds it: JSON values, every secret masked (:mod:`mmfragile.redaction`)."""
+    return redact_obj(json.loads(json.dumps(obj, sort_keys=True, default=str)))
 
 
 RUN_INFO = "run_info"
@@ -338,6 +340,7 @@ class ResultStore:
         self.compact_fanout = int(compact_fanout)
         self.target_part_rows = int(target_part_rows)
         if config is not None:
+            self._clean_secrets()
             config = {k: v for k, v in config.items() if k != RUN_INFO}
             self._settle_config(_canonical({**config, "key_columns": self.key_columns}))
             if run_info is not None:  # its keys replaced; the others (model identities, provenance ...) kept
@@ -346,6 +349,16 @@ class ResultStore:
         self._added: set[tuple] = set()            # keys this handle appended since
 
     # ------------------------------------------------------------------------------------------ config
+    def _clean_secrets(self) -> None:
+        """Mask the secrets a config.json written before they were masked holds (an API key in a model spec), with
+        a one-line warning; called when the store is opened for writing."""
+        held = self._raw_config()
+        clean = redact_obj(held)
+        if clean != held:
+            self._write_config(clean)
+            warnings.warn(f"{self.root / 'config.json'} held a secret (an API key or URL credentials) and has been "
+                          "cleaned", stacklevel=3)
+
     def _settle_config(self, config: dict) -> None:
         cfg_file = self.root / "config.json"
         if not cfg_file.exists():  # first writer wins atomically; the others compare below
@@ -428,6 +441,11 @@ class ResultStore:
 
     @property
     def config(self) -> dict:
+        """config.json, secrets masked (a store written before they were masked may hold a key: it is never read
+        back, and is cleaned when the store is next opened for writing)."""
+        return redact_obj(self._raw_config())
+
+    def _raw_config(self) -> dict:
         f = self.root / "config.json"
         return json.loads(f.read_text()) if f.exists() else {}
 
@@ -797,7 +815,7 @@ def merge_stores(target: str | Path, sources: Sequence[str | Path] = (), compact
             raise FileNotFoundError(f"{s}: not a result store (no parts/ folder)")
     srcs = [ResultStore(s) for s in sources]
     base = target if (target / "config.json").exists() or not srcs else srcs[0].root   # whose config rules
-    cfg = json.loads((base / "config.json").read_text()) if (base / "config.json").exists() else {}
+    cfg = ResultStore(base).config   # secrets masked: a merged store never carries an old store's key
     info = _mergeable(base, cfg, srcs)
     if target.exists() and any(target.iterdir()):
         return _merge_into(_merge_target(target, cfg, info), srcs, compact)

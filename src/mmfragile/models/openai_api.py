@@ -106,6 +106,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mmfragile.models.base import MLLM, LogLik, NoOutput, Prompt
+from mmfragile.redaction import redact, remember, remember_url
 from mmfragile.schema import DataError
 
 __all__ = ["APIError", "CorruptCacheWarning", "OpenAIChatModel", "build_messages", "image_to_data_url",
@@ -139,13 +140,13 @@ class APIError(RuntimeError):
     def __init__(self, message: str, *, status: int | None, url: str, body: str = "",
                  retryable: bool = False, attempts: int = 1, retry_after: float | None = None):
         self.status = status
-        self.url = url
-        self.body = body
+        self.url = redact(url)
+        self.body = redact(body)  # a server may echo the request, key and all
         self.retryable = retryable
         self.attempts = attempts
         #: seconds asked for by the server's ``Retry-After`` header, if any
         self.retry_after = retry_after
-        super().__init__(message)
+        super().__init__(redact(message))
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,6 +344,8 @@ class OpenAIChatModel(MLLM):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
+        remember(self.api_key)  # masked wherever it could show (mmfragile.redaction)
+        remember_url(self.base_url)
         self.max_concurrency = int(max_concurrency)
         self.max_retries = int(max_retries)
         self.backoff_base = float(backoff_base)
@@ -378,7 +381,7 @@ class OpenAIChatModel(MLLM):
         self._cache_problems: list[str] = []  # found on the loop thread, warned about in the caller's
 
     def __repr__(self) -> str:
-        return f"OpenAIChatModel(base_url={self.base_url!r}, model={self.model!r})"
+        return f"OpenAIChatModel(base_url={redact(self.base_url)!r}, model={self.model!r})"
 
     # ---------------------------------------------------------------- request plumbing
 
@@ -430,8 +433,11 @@ class OpenAIChatModel(MLLM):
                 raise ImportError("the OpenAI-compatible backend needs the official client: pip install "
                                   "openai==3.51.0 (in requirements.txt)") from e
 
+            # a key in the URL's query (``?key=``, as some APIs take it) goes with every request, not into the path
+            parts = urllib.parse.urlsplit(self.base_url)
             self._client = openai.AsyncOpenAI(
-                base_url=self.base_url, api_key=self.api_key or "none", max_retries=0, timeout=self.timeout,
+                base_url=urllib.parse.urlunsplit(parts._replace(query="")), api_key=self.api_key or "none",
+                default_query=dict(urllib.parse.parse_qsl(parts.query)) or None, max_retries=0, timeout=self.timeout,
                 http_client=openai.DefaultAsyncHttpx2Client(trust_env=False) if self._loopback else None)
             self._slots = asyncio.Semaphore(self.max_concurrency)
         return self._client

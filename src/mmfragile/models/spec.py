@@ -29,10 +29,12 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from mmfragile.models.base import keyword_params
+from mmfragile.redaction import MARK, declare_secret_args, is_secret_arg, redact, remember, remember_url
 
 #: keyword arguments that change where and how fast a model runs, not its outputs: left out of a store's model
 #: identity (:func:`mmfragile.provenance.model_identity`), so a resume may change them. ``device`` is where it runs
-#: (like the hardware, not part of the identity); ``api_key`` is a secret and is never recorded.
+#: (like the hardware, not part of the identity); ``api_key`` is a secret: never recorded nor shown
+#: (:mod:`mmfragile.redaction`), and a key change is not a model change.
 SPEED_ONLY = frozenset({
     "name", "batch_size", "memory_budget", "max_batch", "device", "tensor_parallel_size", "gpu_memory_utilization",
     "enable_prefix_caching", "mm_processor_cache_gb", "enforce_eager", "block_size", "max_model_len",
@@ -73,6 +75,13 @@ class ModelSpec:
     source: str
     kwargs: tuple[tuple[str, Any], ...] = ()
 
+    def __post_init__(self) -> None:
+        # every secret this spec carries is masked wherever it shows for the rest of the process (mmfragile.redaction)
+        for key, value in self.kwargs:
+            if is_secret_arg(key):
+                remember(str(value))
+        remember_url(self.source)
+
     @classmethod
     def parse(cls, spec: "str | ModelSpec", backend: str | None = None, **kwargs: Any) -> "ModelSpec":
         """A spec string (or a spec, whose keyword arguments ``kwargs`` extend) -> :class:`ModelSpec`."""
@@ -107,8 +116,8 @@ class ModelSpec:
     @property
     def output_options(self) -> dict[str, Any]:
         """The keyword arguments that change the model's outputs (``dtype``, ``max_pixels``, ``trust_remote_code``
-        ...): all but :data:`SPEED_ONLY`."""
-        return {k: v for k, v in self.kwargs if k not in SPEED_ONLY}
+        ...): all but :data:`SPEED_ONLY` and the secrets."""
+        return {k: v for k, v in self.kwargs if k not in SPEED_ONLY and not is_secret_arg(k)}
 
     @property
     def base_name(self) -> str:
@@ -150,8 +159,13 @@ class ModelSpec:
         return _NOTES.get(self.base_name)
 
     def __str__(self) -> str:
+        """The spec as a user writes it, secrets masked (``api_key=***``, URL credentials): what is recorded and
+        shown."""
         head = "" if self.backend == DEFAULT_BACKEND else f"{self.backend}:"
-        return head + self.source + "".join(f" {k}={v}" for k, v in self.kwargs)
+        return redact(head + self.source + "".join(f" {k}={MARK if is_secret_arg(k) else v}" for k, v in self.kwargs))
+
+    def __repr__(self) -> str:
+        return f"ModelSpec({str(self)!r})"
 
     # ------------------------------------------------------------------ checking
     def check(self) -> None:
@@ -190,7 +204,7 @@ class ModelSpec:
         close = difflib.get_close_matches(bad[0], sorted(known), n=1)
         lists = "; ".join(f"{what}: {', '.join(keys)}" for what, keys in accepted.items())
         raise UsageError(f"--model-args: unknown key{'s' if len(bad) > 1 else ''} {', '.join(map(repr, bad))} for "
-                         f"{self.backend}:{self.source}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + redact(f"{self.backend}:{self.source}") + (f" (did you mean {close[0]!r}?)" if close else "")
                          + f"; {lists}" + ("; or a key of its config.json" if config else ""))
 
     def _local_folder(self) -> Path:
@@ -295,6 +309,11 @@ class Backend:
     kind: str | None = None
     check_source: Callable[[str, Any], None] = lambda source, spec: None
     requires: tuple[str, str] | None = None
+    #: keyword arguments that are secrets (masked wherever a spec is recorded or shown: mmfragile.redaction)
+    secrets: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        declare_secret_args(self.secrets)
 
 
 def _load_openai(spec: ModelSpec, kw: dict[str, Any]):
@@ -367,5 +386,5 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
     Backend("vllm", "vllm:<the same as hf>", _load_vllm, _vllm_options,
             requires=("vllm", "create its environment with scripts/install_vllm.sh and run mmfragile from it")),
     Backend("openai", "openai:<base_url>::<model>", _load_openai, _openai_options, kind="api",
-            check_source=_openai_source),
+            check_source=_openai_source, secrets=frozenset({"api_key"})),
 )}

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from mmfragile.redaction import redact
 from mmfragile.store import ResultStore, store_folders, store_tag
 from mmfragile.study import budget_grid, get_study, study_names
 
@@ -885,12 +886,13 @@ def build_report(stores: Sequence[str | Path] | str | Path, out: str | Path, *, 
                 (out / "figures" / f"{b.id}.png").write_bytes(b.png)
                 fig_paths[b.id] = f"figures/{b.id}.png"
     html_path, md_path, json_path = out / "report.html", out / "report.md", out / "report.json"
-    html_path.write_text(_render_html(doc, title, meta, prov), encoding="utf-8")
-    md_path.write_text(_render_md(doc, title, meta, prov, fig_paths), encoding="utf-8")
+    # the report is the file users send to co-authors: no secret in it, whatever the stores held (redaction)
+    html_path.write_text(redact(_render_html(doc, title, meta, prov)), encoding="utf-8")
+    md_path.write_text(redact(_render_md(doc, title, meta, prov, fig_paths)), encoding="utf-8")
     payload = {"title": title, "mmfragile_version": __version__, "n_boot": n_boot, "seed": seed, "level": level,
                "stores": [_rel(s.root) for s in found], "metrics": doc.metrics,
                "figures": list(fig_paths.values()), "provenance": prov, "notes": doc.notes}
-    json_path.write_text(json.dumps(payload, indent=1, sort_keys=True, default=str), encoding="utf-8")
+    json_path.write_text(redact(json.dumps(payload, indent=1, sort_keys=True, default=str)), encoding="utf-8")
     return Report(out, html_path, md_path, json_path, doc.metrics, list(fig_paths.values()), prov, doc.notes)
 
 
