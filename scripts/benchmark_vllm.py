@@ -42,8 +42,9 @@ def worker(a) -> None:
     from mmfragile.api import load_dataset, load_model
     from mmfragile.data.synthetic import benchmark_questions
     from mmfragile.runner import run_items
-    from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.models.base import Prompt
+    from mmfragile.studies.format_bias.items import format_bias_items
+    from mmfragile.studies.format_bias.prompts import all_formats
     from mmfragile.store import ResultStore
 
     _, backend, mode, kwargs = BACKENDS[a.worker]
@@ -55,7 +56,7 @@ def worker(a) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         qs = (benchmark_questions(tmp, tuple(map(int, a.image_size.split("x"))), a.questions) if a.image_size else
               load_dataset(a.dataset).head(a.questions))
-        items = format_bias_items(model, qs)
+        items = format_bias_items(model, qs, formats=all_formats()[:a.formats])
         model.generate([Prompt("Warm-up: say one word.")], 2)  # lazy init outside the timing, no shared prefix
         t = time.perf_counter()
         res = run_items(model, items, ResultStore(f"{tmp}/store"), mode=mode, batch_size=a.batch_size, progress=False)
@@ -70,6 +71,7 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--dataset", default="synthetic-text")
     ap.add_argument("--questions", type=int, default=3, help="first N questions of the dataset")
+    ap.add_argument("--formats", type=int, default=48, help="first N of the 48 formats (fewer: a quicker grid)")
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--image-size", default=None, metavar="WxH",
                     help="4-option questions on WxH images (mmfragile.data.synthetic.benchmark_questions) instead "
@@ -96,7 +98,8 @@ def main() -> None:
             if not Path(py).exists():
                 sys.exit(f"{name}: no vLLM environment at {vllm_venv()}; run scripts/install_vllm.sh")
             cmd = [py, __file__, "--worker", name, "--out", f"{tmp}/{name}.json", "--model", a.model,
-                   "--dataset", a.dataset, "--questions", str(a.questions), "--batch-size", str(a.batch_size),
+                   "--dataset", a.dataset, "--questions", str(a.questions), "--formats", str(a.formats),
+                   "--batch-size", str(a.batch_size),
                    "--threads", str(a.threads)] + (["--enforce-eager"] if a.enforce_eager else []) + \
                 (["--image-size", a.image_size] if a.image_size else [])
             print(f"running {name} ...", flush=True)
@@ -107,7 +110,7 @@ def main() -> None:
     ref = out.get("hf-engine") or out[names[0]]
     base = out.get("hf-generate")
     print(f"\nmodel={a.model} dataset={a.image_size or a.dataset} questions={a.questions} prompts={ref['prompts']} "
-          f"(48 formats + standard x circular shifts); load average {os.getloadavg()[0]:.1f} on "
+          f"({a.formats} formats + standard x circular shifts); load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs")
     print(f"{'backend':<28}{'prompts/s':>10}{'seconds':>9}{'start s':>9}{'vs generate':>13}{'vs engine':>11}"
           f"{'same answers':>15}")

@@ -49,11 +49,20 @@ def _one_line(e: BaseException) -> str:
     return redact(" ".join(str(e).split()))
 
 
+#: what the vLLM environment (scripts/install_vllm.sh) leaves out: the notebook runners of `reproduce` and `grid`
+_NOTEBOOK_MODULES = ("papermill", "nbformat", "ipykernel")
+
+
 def _missing_module(e: ModuleNotFoundError) -> str:
-    """A module this environment lacks, as one line naming the script that builds the environment."""
+    """A module this environment lacks, as one line naming the script that builds the environment that has it."""
     venv = os.environ.get("VIRTUAL_ENV") or sys.prefix
-    script = "scripts/install_vllm.sh" if "vllm" in Path(venv).name or _module_here("vllm") else "scripts/install.sh"
-    return (f"this environment ({venv}) has no module {e.name!r}; (re)build it with `bash {script}` from the "
+    module = e.name.partition(".")[0]
+    in_vllm_env = "vllm" in Path(venv).name or _module_here("vllm")
+    if in_vllm_env and module in _NOTEBOOK_MODULES:
+        return (f"this environment ({venv}) has no module {module!r}: the vLLM environment runs every command but "
+                "the notebooks; run `reproduce` / `grid` in the main environment (`bash scripts/install.sh`)")
+    script = "scripts/install_vllm.sh" if in_vllm_env else "scripts/install.sh"
+    return (f"this environment ({venv}) has no module {module!r}; (re)build it with `bash {script}` from the "
             "repository (it installs everything mmfragile imports)")
 
 

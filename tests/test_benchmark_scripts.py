@@ -1,0 +1,67 @@
+"""Every ``scripts/benchmark_*.py`` runs, on a tiny grid, so that a refactor cannot break one silently.
+
+The numbers they print are not checked (speed is measured by running them, never in a test); what is checked is
+that each runs to the end and that its correctness column holds: every path gives the same answers.
+``benchmark_gpu.py`` has its own tests (tests/test_benchmark_gpu.py, ``--tiny --device cpu``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def script(name: str, *args: str, timeout: int = 900) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg"}
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / name), *args], env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return p.stdout
+
+
+def test_every_benchmark_script_has_a_test_here_or_its_own():
+    here = Path(__file__).read_text().split('"""', 2)[2]  # this file's tests, not its docstring
+    tested = set(re.findall(r"benchmark_\w+\.py", here)) | set(
+        re.findall(r"benchmark_\w+\.py", (REPO / "tests" / "test_benchmark_gpu.py").read_text()))
+    assert {p.name for p in (REPO / "scripts").glob("benchmark_*.py")} <= tested
+
+
+def test_benchmark_engine_on_a_tiny_grid():
+    out = script("benchmark_engine.py", "--model", "tiny-vlm", "--formats", "2", "--batch-sizes", "4", "--no-naive")
+    assert "15 prompts; identical predictions across paths: True" in out  # 1 question x (2 formats + standard) x 5
+    assert re.search(r"engine:\s+[\d.]+ prompts/s", out)
+
+
+def test_benchmark_engine_high_resolution_mode():
+    out = script("benchmark_engine.py", "--real-processor", "--arch", "qwen2_5_vl", "--image-size", "64x48",
+                 "--generate-prompts", "4")
+    row = json.loads(out.strip().splitlines()[-1])
+    assert (row["arch"], row["size"], row["identical"], row["gen_prompts"]) == ("qwen2_5_vl", "64x48", "4/4", 4)
+
+
+def test_benchmark_store_on_a_small_store():
+    out = script("benchmark_store.py", "--questions", "8", "--flush", "200")
+    assert "1,960 rows in parts of 245" in out  # 8 questions x 245 rows, flushed as the CLI does
+    assert re.search(r"check\(\) against the manifest .*\| complete", out)
+
+
+@pytest.mark.vllm
+def test_benchmark_vllm_on_a_tiny_grid():
+    from mmfragile.paths import vllm_venv
+
+    if not (vllm_venv() / "bin" / "python").exists():
+        pytest.skip(f"no vLLM environment at {vllm_venv()}: create it with scripts/install_vllm.sh (.ci/run does)")
+    out = script("benchmark_vllm.py", "--questions", "1", "--formats", "2", "--backends", "hf-engine,vllm-cache",
+                 "--enforce-eager")
+    rows = {ln[:28].strip(): ln[28:].split() for ln in out.splitlines() if ln.startswith(("HF ", "vLLM"))}
+    assert set(rows) == {"HF prefix-sharing engine", "vLLM, prefix caching on"}
+    # 1 text question x (2 formats + standard) x its circular shifts, every answer the engine's
+    prompts = int(re.search(r"prompts=(\d+)", out)[1])
+    assert all(r[-1] == f"{prompts}/{prompts}" for r in rows.values()), out
