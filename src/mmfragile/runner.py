@@ -49,6 +49,7 @@ class EvalItem:
     seed: int | None = None        # sample: this item's own random stream
     temperature: float = 1.0       # sample
     top_p: float = 1.0             # sample
+    batch_with: str = ""           # items of one group with another label run in another batch (numerics study)
 
     def __post_init__(self):
         if self.request not in REQUESTS:
@@ -73,7 +74,7 @@ def exact_match_score(raw: str, item: EvalItem) -> dict[str, Any]:
 def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_fn: ScoreFn = exact_match_score,
               mode: str = "auto", batch_size: int = 16, flush_every: int = 256, progress: bool = True,
               desc: str | None = None, stop_after: int | None = None, shard: Shard | str | None = None,
-              unit: str = "prompt") -> pd.DataFrame:
+              unit: str = "prompt", engine_batch: int | None = None) -> pd.DataFrame:
     """Evaluate the items not yet in ``store`` and return the store's full table.
 
     ``mode`` (``generate`` requests): ``"engine"`` (prefix-sharing engine; refuses with the reason where it
@@ -88,7 +89,8 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     ``auto`` never switches backends: which of the engine and vLLM is faster depends on the workload (README,
     "Speed" and "vLLM backend"); load the model with ``vllm:`` to choose vLLM. ``batch_size``: prompts per batched
     ``generate`` call (the engine sizes its tail batches from free memory). ``unit``: what the progress bar counts,
-    one item (a prompt, an option's log-likelihood, a judgment ...). An interrupt (KeyboardInterrupt; the CLI makes
+    one item (a prompt, an option's log-likelihood, a judgment ...). ``engine_batch``: at most that many tails per
+    engine forward (None: as many as fit in memory; the numerics study varies it). An interrupt (KeyboardInterrupt; the CLI makes
     SIGTERM one too) stores the rows finished so far before it propagates."""
     if mode not in ("auto", "engine", "generate"):
         raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
@@ -101,7 +103,8 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
         if model.image_policy is not None and any(it.prompt.images for it in items):
             store.pin_run_info("image_policy", model.image_policy, entry=model.name)
     todo = [it for it, p in zip(items, store.pending(keys)) if p]
-    call = _Caller(model, mode, batch_size, any(it.request == "generate" and it.option_ids for it in todo))
+    call = _Caller(model, mode, batch_size, any(it.request == "generate" and it.option_ids for it in todo),
+                   engine_batch)
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
                unit=unit, smoothing=0.05)
     buffer: list[dict] = []
@@ -135,8 +138,9 @@ class _Output:
 class _Caller:
     """How one run sends its requests to the model: chunking and the backend call per request kind."""
 
-    def __init__(self, model: MLLM, mode: str, batch_size: int, generates: bool):
-        """``generates``: the run has option-scored generate requests (the engine's work)."""
+    def __init__(self, model: MLLM, mode: str, batch_size: int, generates: bool, engine_batch: int | None = None):
+        """``generates``: the run has option-scored generate requests (the engine's work); ``engine_batch``: the
+        engine's tails per forward (None: what fits in memory)."""
         self.model, self.mode = model, mode
         self.fused = mode == "auto" and model.fused_option_logits
         self.batch_size = max(batch_size, model.batch_size) if self.fused else batch_size
@@ -149,7 +153,7 @@ class _Caller:
             warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
                           stacklevel=3)
         # the engine sizes its tail batches from free memory; batch_size is batched generate's
-        self.engine = (PrefixSharingEngine(model)
+        self.engine = (PrefixSharingEngine(model, batch_size=engine_batch)
                        if generates and mode != "generate" and refusal is None and not self.fused else None)
 
     def chunks(self, items: Sequence[EvalItem]) -> Iterable[list[EvalItem]]:
@@ -158,12 +162,12 @@ class _Caller:
         decoding setting, so every item gets its own protocol."""
         def setting(it: EvalItem) -> tuple:
             if it.request == "generate" and it.option_ids and self.engine is not None:
-                return (it.request, None, None, None, it.group)
-            return (it.request, it.max_new_tokens, it.temperature, it.top_p, "")
+                return (it.request, None, None, None, (it.group, it.batch_with))
+            return (it.request, it.max_new_tokens, it.temperature, it.top_p, it.batch_with)
 
         for (request, *_, group), grp in groupby(items, key=setting):
             grp = list(grp)
-            if group:
+            if isinstance(group, tuple):   # one engine group: its prefix shared
                 yield grp
                 continue
             for s in range(0, len(grp), self.batch_size):

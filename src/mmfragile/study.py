@@ -20,6 +20,7 @@ study's :class:`Param` list. CONTRIBUTING.md says how to add one.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -42,6 +43,7 @@ BUILTIN = {
     "format-bias": "mmfragile.studies.format_bias.study",
     "promptception": "mmfragile.studies.promptception.study",
     "judge": "mmfragile.studies.judgebias.study",
+    "numerics": "mmfragile.studies.numerics.study",
 }
 #: other names a study answers to (the CLI's older commands)
 ALIASES = {"formats": "format-bias", "judgebias": "judge", "mm-judgebias": "judge"}
@@ -146,7 +148,8 @@ class Stage:
     parameters and ``budgeted`` (a budgeted design samples the items). ``models(ctx)``: the specs to
     run the stage with, if not the study's model (the generators of self-generated responses). ``budget``: the
     grid a budget samples (None: the stage always runs whole). ``store``: the subfolder of its store (stages
-    may share one); the store's stage tag is :attr:`tag`."""
+    may share one); the store's stage tag is :attr:`tag`. ``runs_under(params)``: a context manager the stage's
+    work runs inside, where the model is (the numerics study's thread count); none by default."""
 
     name: str
     units: Callable[[RunContext], list]
@@ -160,6 +163,7 @@ class Stage:
     models: Callable[[RunContext], list[ModelSpec]] | None = None
     run_kw: Callable[[dict], dict] = lambda params: {}
     unit: str = "prompt"   # what one item is (the progress bar counts items): prompt, option, judgment ...
+    runs_under: Callable[[dict], Any] = lambda params: contextlib.nullcontext()
 
     @property
     def tag(self) -> str:
@@ -179,7 +183,8 @@ class Study:
     (:func:`mmfragile.report.build_report`) from its stores by stage tag (those in ``report_stages``; other
     stages' stores are listed under provenance only), returning ``(section or None, how-to-report entries)``;
     ``errors`` - exception type -> one-line message for the CLI (an error a user can cause, and what to pass);
-    each stage's ``budget`` grid (:mod:`mmfragile.budget`)."""
+    each stage's ``budget`` grid (:mod:`mmfragile.budget`); ``report_absent(studies)`` - the report's notes when it
+    has no store of this study but stores of ``studies`` (names): what was not measured, and the command."""
 
     name: str
     title: str
@@ -196,6 +201,7 @@ class Study:
     report: Callable[..., tuple[Any, list[dict]]] | None = None
     report_stages: tuple[str, ...] = ()
     errors: Mapping[type, Callable[[BaseException], str]] = field(default_factory=dict)
+    report_absent: Callable[[Sequence[str]], list[str]] | None = None
 
     def error_line(self, exc: BaseException) -> str | None:
         """The study's one-line message for ``exc`` (its ``errors``), or None."""
@@ -355,7 +361,8 @@ class StageTask:
         kw = {"progress": self.progress, "desc": f"{model.name} {self.study}/{self.stage}", "unit": stage.unit,
               **stage.run_kw(params)}
         if self.budget is None:
-            run_items(model, items, store, score, shard=shard, stop_after=self.stop_after, **kw)
+            with stage.runs_under(params):
+                run_items(model, items, store, score, shard=shard, stop_after=self.stop_after, **kw)
             return
         from mmfragile.budget import run_budgeted
 
@@ -398,7 +405,9 @@ class StudyRun:
         ``covered``; NaN where the stage has no such column)."""
         rows: dict[Path, dict] = {}
         for stage, store in self.stores.items():
-            r = rows.setdefault(store.root, {"store": store.root, "stages": [], "rows": len(store), "new": 0,
+            # stages that share a store see it grow: count it once, as it is now
+            r = rows.setdefault(store.root, {"store": store.root, "stages": [], "rows": len(ResultStore(store.root)),
+                                             "new": 0,
                                              "skipped": len(store.config.get("run_info", {}).get("skipped_rows", [])),
                                              "coverage": _coverage(store)})
             r["stages"].append(stage)

@@ -867,6 +867,9 @@ def build_report(stores: Sequence[str | Path] | str | Path, out: str | Path, *, 
             if sec is not None:
                 doc.sections.append(sec)
                 how += h
+    for name in known:   # what a study not in this report would have measured (the numerics study's floor)
+        absent = get_study(name).report_absent if name not in by_study else None
+        doc.notes += absent(sorted(by_study)) if absent is not None and by_study else []
     if unsummarised:
         doc.notes.append(f"stores of {', '.join(unsummarised)} are listed under provenance but not summarised "
                          "(e.g. CP-LN log-likelihoods: see notebook 34 for the mitigation comparison)")

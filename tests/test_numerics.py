@@ -1,0 +1,207 @@
+"""Study 4, the noise floor (mmfragile.studies.numerics), against known answers.
+
+* the reference settings rerun change nothing: flip rate and accuracy change exactly 0, option logits bit-equal;
+* planted noise: seeded N(0, sigma^2) on every option logit (PlantedNoise) - each cell's flip probability follows
+  from its logits - gives a measured flip rate whose interval holds the planted one, for sigma 0.01 / 0.1 / 0.5;
+* bf16 against fp32 on a zoo model: the reported flips equal a hand count from the store;
+* the metrics by hand (Wilson, McNemar, rank changes, |delta logit|), the CLI, resume, shards and the report.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mmfragile.cli import main
+from mmfragile.store import ResultStore
+from mmfragile.study import run_study
+from mmfragile.studies.numerics import metrics as nm
+from mmfragile.studies.numerics.alternatives import ALTERNATIVES, UnknownAlternative, recompose, resolve, sample_cells
+from mmfragile.studies.numerics.planted import PlantedNoise, flip_probability
+
+N, PER_QUESTION = 2, 8
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The CLI's default alternatives on tiny-vlm: every one that applies to the HF backend."""
+    out = tmp_path_factory.mktemp("num") / "run"
+    assert main(["run", "numerics", "--model", "tiny-vlm", "--dataset", "easy-vqa", "--n", str(N),
+                 "--per-question", str(PER_QUESTION), "--quiet", "--out", str(out)]) == 0
+    return out
+
+
+# ------------------------------------------------------------------------------------------ known answers
+def test_the_reference_rerun_invents_no_noise(tiny_run):
+    rows = ResultStore(tiny_run / "cells").read()
+    table = nm.floor_table(rows).set_index("alternative")
+    rep = table.loc["repeat"]
+    assert (rep.flips, rep.flip_rate, rep.delta_acc, rep.max_dlogit, rep.rank_changes) == (0, 0.0, 0.0, 0.0, 0)
+    ref, again = (rows[rows.model == m].sort_values(nm.CELL) for m in ("tiny-vlm", "tiny-vlm~repeat"))
+    assert [list(x) for x in ref.option_logits] == [list(x) for x in again.option_logits]   # bit-equal
+
+
+def test_every_default_alternative_runs_the_same_cells(tiny_run, capsys):
+    rows = ResultStore(tiny_run / "cells").read()
+    assert set(rows.model) == {"tiny-vlm", *(f"tiny-vlm~{a}" for a in resolve("auto", "hf"))}
+    cells = {m: set(map(tuple, g[nm.CELL].astype(str).to_numpy())) for m, g in rows.groupby("model")}
+    assert all(c == cells["tiny-vlm"] for c in cells.values()) and len(cells["tiny-vlm"]) == N * PER_QUESTION
+    # bfloat16 moves the option logits (it is another arithmetic), by far less than their margins here
+    bf = nm.floor_table(rows).set_index("alternative").loc["bfloat16"]
+    assert 0 < bf.max_dlogit < 0.05
+
+
+def test_a_rerun_resumes_with_nothing_new(tiny_run):
+    run = run_study("numerics", "tiny-vlm", "easy-vqa", n=N, out=tiny_run, per_question=PER_QUESTION,
+                    progress=False)
+    assert sum(run.new_rows.values()) == 0
+
+
+@pytest.mark.parametrize("sigma", [0.01, 0.1, 0.5])
+def test_planted_noise_gives_the_planted_flip_rate(sigma, tiny_vlm, tmp_path):
+    from mmfragile.data.loaders import load_dataset
+    from mmfragile.runner import run_items
+    from mmfragile.studies.format_bias.items import format_bias_items
+
+    items = format_bias_items(tiny_vlm, load_dataset("easy-vqa", n=3))
+    store = ResultStore(tmp_path / "s")
+    ref = PlantedNoise(tiny_vlm, 0.0, name="m")
+    run_items(ref, items, store, progress=False)
+    run_items(PlantedNoise(tiny_vlm, sigma, seed=7, name="m~noise"), items, store, progress=False)
+    rows = store.read()
+    row = nm.floor_table(rows).iloc[0]
+    clean = rows[rows.model == "m"]
+    expected = 100 * np.mean([flip_probability(np.asarray(x), sigma) for x in clean.option_logits])
+    assert row.cells == len(items) and row.flip_lo <= expected <= row.flip_hi, (row.flip_rate, expected)
+    assert (row.flips > 0) == (sigma >= 0.1)   # tiny-vlm's margins: sigma 0.01 flips almost nothing
+
+
+def test_flip_probability_by_hand():
+    from scipy.stats import norm
+
+    assert flip_probability([0.3, 0.0], 0.5) == pytest.approx(norm.cdf(-0.3 / (0.5 * math.sqrt(2))), abs=1e-12)
+    assert flip_probability([1.0, 1.0], 0.2) == pytest.approx(0.5, abs=1e-9)
+    assert flip_probability([5.0, 0.0, 0.0], 0.01) == pytest.approx(0.0, abs=1e-12)
+    assert flip_probability([0.0, 0.0, 0.0, 0.0], 1.0) == pytest.approx(0.75, abs=1e-6)
+
+
+def test_bf16_against_fp32_on_a_zoo_model_equals_a_hand_count(tmp_path):
+    out = tmp_path / "zoo"
+    assert main(["run", "numerics", "--model", "zoo-smollm2-good", "--dataset", "easy-vqa", "--n", "2",
+                 "--per-question", "0", "--alternatives", "bfloat16", "--quiet", "--out", str(out)]) == 0
+    rows = ResultStore(out / "cells").read()
+    ref = rows[rows.model == "zoo-smollm2-good"].set_index(nm.CELL).sort_index()
+    bf = rows[rows.model == "zoo-smollm2-good~bfloat16"].set_index(nm.CELL).sort_index()
+    hand = 0
+    for (a_pos, a_raw), (b_pos, b_raw) in zip(ref[["selected_position", "raw_output"]].itertuples(index=False),
+                                              bf[["selected_position", "raw_output"]].itertuples(index=False)):
+        a = ("opt", int(a_pos)) if pd.notna(a_pos) else ("raw", a_raw)
+        b = ("opt", int(b_pos)) if pd.notna(b_pos) else ("raw", b_raw)
+        hand += a != b
+    row = nm.floor_table(rows).iloc[0]
+    assert row.alternative == "bfloat16" and row.cells == len(ref) and row.flips == hand
+
+
+# ------------------------------------------------------------------------------------------ metrics by hand
+def _rows(model, answers, correct, logits=None):
+    return pd.DataFrame({"model": model, "dataset": "d", "question_id": ["q1", "q1", "q2", "q2"],
+                         "variant": ["a|s0", "b|s0", "a|s0", "b|s0"], "selected_position": answers,
+                         "raw_output": [str(a) for a in answers], "correct": correct,
+                         "option_logits": logits or [[1.0, 0.0]] * 4})
+
+
+def test_floor_table_by_hand():
+    ref = _rows("m", [0, 1, 0, None], [True, False, True, False],
+                [[2.0, 0.0], [0.0, 0.5], [1.0, 0.9], [0.0, 0.0]])
+    alt = _rows("m~x", [0, 0, 1, None], [True, True, False, False],
+                [[2.0, 0.0], [0.3, 0.2], [0.85, 0.95], [0.0, 0.0]])
+    row = nm.floor_table(pd.concat([ref, alt])).iloc[0]
+    assert (row.model, row.alternative, row.cells, row.flips) == ("m", "x", 4, 2)
+    lo, hi = nm.wilson(2, 4)
+    assert (row.flip_lo, row.flip_hi) == pytest.approx((100 * lo, 100 * hi)) and lo == pytest.approx(0.15004, 1e-4)
+    assert row.delta_acc == 0.0 and row.mcnemar_p == 1.0              # one cell gained, one lost: b = c = 1
+    # per-cell max |d logit|: 0, 0.3, 0.15, 0 -> median 0.075, max 0.3
+    assert row.max_dlogit == pytest.approx(0.3) and row.median_dlogit == pytest.approx(0.075)
+    assert row.share_margin_below == pytest.approx(50.0)               # margins 2, 0.5, 0.1, 0: two below 0.3
+    # per-format accuracy: ref a 100 %, b 0 %; alt a 50 %, b 50 % (ties rank alike): b changes rank 2 -> 1
+    assert (row.rank_changes, row.effects) == (1, 2)
+
+
+def test_mcnemar_exact_by_hand():
+    ref = np.array([True] * 6 + [False] * 4)
+    alt = np.array([False] * 6 + [False] * 4)       # b = 6, c = 0: p = 2 * 0.5^6
+    assert nm.mcnemar_p(ref, alt) == pytest.approx(2 * 0.5 ** 6)
+
+
+def test_uncovered_answers_are_compared_by_their_text_never_dropped():
+    a = pd.DataFrame({"selected_position": [None, 1.0], "raw_output": ["zzz", "B"]})
+    b = pd.DataFrame({"selected_position": [None, 1], "raw_output": ["zz", "B"]})
+    assert list(nm.answer_key(a) != nm.answer_key(b)) == [True, False]
+
+
+# ------------------------------------------------------------------------------------------ alternatives
+def test_alternatives_resolve_by_backend_and_refuse_what_does_not_apply():
+    assert resolve("auto", "openai") == ["repeat"]
+    assert "no-prefix-cache" in resolve("auto", "vllm") and "no-prefix-cache" not in resolve("auto", "hf")
+    with pytest.raises(UnknownAlternative, match="does not apply to the openai backend"):
+        resolve(["bfloat16"], "openai")
+    with pytest.raises(UnknownAlternative, match="no alternative 'fp8'"):
+        resolve(["fp8"], "hf")
+
+
+def test_the_cell_sample_and_the_composition_are_seeded_and_keep_every_cell(tiny_vlm):
+    from mmfragile.data.loaders import load_dataset
+    from mmfragile.studies.format_bias.items import format_bias_items
+
+    items = format_bias_items(tiny_vlm, load_dataset("easy-vqa", n=2))
+    a, b = sample_cells(items, 5, 3), sample_cells(items, 5, 3)
+    assert [it.key for it in a] == [it.key for it in b] and len(a) == 10
+    assert [it.key for it in sample_cells(items, 5, 4)] != [it.key for it in a]
+    mixed = recompose(a, 3)
+    assert sorted(str(it.key) for it in mixed) == sorted(str(it.key) for it in a)
+    assert {it.batch_with for it in mixed} == {"part0", "part1", "part2"} and ALTERNATIVES["composition"].composition
+
+
+# ------------------------------------------------------------------------------------------ shared layers
+def test_shards_then_merge_give_the_whole_run(tiny_run, tmp_path):
+    args = ["run", "numerics", "--model", "tiny-vlm", "--dataset", "easy-vqa", "--n", str(N), "--per-question",
+            str(PER_QUESTION), "--alternatives", "repeat,batch-1", "--quiet", "--out", str(tmp_path / "sh")]
+    for i in range(2):
+        assert main([*args, "--shard", f"{i}/2"]) == 0
+    assert main(["merge", str(tmp_path / "sh" / "cells")]) == 0
+    got = ResultStore(tmp_path / "sh" / "cells").read()
+    full = ResultStore(tiny_run / "cells").read()
+    full = full[full.model.isin(set(got.model))]
+    cols = [*nm.CELL, "model", "raw_output", "correct"]
+    pd.testing.assert_frame_equal(got[cols].sort_values(cols).reset_index(drop=True),
+                                  full[cols].sort_values(cols).reset_index(drop=True))
+
+
+def test_the_report_shows_the_floor_beside_the_format_effects(tiny_run, tmp_path):
+    from mmfragile.report import build_report
+
+    fb = tmp_path / "fb"
+    assert main(["run", "format-bias", "--model", "tiny-vlm", "--dataset", "easy-vqa", "--n", str(N), "--quiet",
+                 "--out", str(fb)]) == 0
+    rep = build_report([fb, tiny_run], tmp_path / "rep", n_boot=20)
+    md = rep.markdown.read_text()
+    assert "Numerics: the noise floor" in md and "beside the numerical floor" in md
+    floor = rep.metrics["numerics/tiny-vlm/floor_pp"]
+    spread = rep.metrics["formats/tiny-vlm/easy-vqa/spread"]
+    verdict = "inside the floor" if abs(spread) <= floor else "above the floor"
+    assert f"| tiny-vlm | easy-vqa | spread over the formats (max - min) | {spread:.1f} | {floor:.1f} | {verdict} |" in md
+    assert "its numerical floor is" in md.split("## ")[1]           # in "How to report this"
+
+
+def test_a_report_without_a_numerics_store_says_no_floor_was_measured(tmp_path):
+    from mmfragile.report import build_report
+
+    fb = tmp_path / "fb"
+    assert main(["run", "format-bias", "--model", "tiny-vlm", "--dataset", "easy-vqa", "--n", "1", "--quiet",
+                 "--formats", "uppercase-dot-line_break", "--out", str(fb)]) == 0
+    rep = build_report([fb], tmp_path / "rep", n_boot=10)
+    (note,) = [n for n in rep.notes if "no numerical floor was measured" in n]
+    assert "python -m mmfragile run numerics --model M --dataset D" in note
+    assert "no numerical floor was measured" in rep.markdown.read_text()
