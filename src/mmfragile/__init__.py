@@ -1,7 +1,8 @@
 """mmfragile: measure how fragile multimodal-model evaluations are.
 
 Reproduces three studies: prompt-format bias in multiple-choice VQA (48 formats, circular evaluation),
-Promptception prompt sensitivity (61 instructions), and MM-JudgeBias (MLLM-as-a-judge perturbations).
+Promptception prompt sensitivity (61 instructions), and MM-JudgeBias (MLLM-as-a-judge perturbations); a fourth,
+numerics, measures the noise floor they are held against.
 
     >>> import mmfragile as mf
     >>> run = mf.run_study("format-bias", "zoo-gemma3-good", "easy-vqa", n=4, out="runs/demo")  # resumable
@@ -10,6 +11,13 @@ Promptception prompt sensitivity (61 instructions), and MM-JudgeBias (MLLM-as-a-
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+import os as _os
+
+if _os.environ.get("MMFRAGILE_DETERMINISTIC", "") not in ("", "0"):  # before anything imports torch
+    from mmfragile.determinism import apply as _apply
+
+    _apply()
 
 _LAZY = {
     "load_model": "mmfragile.api",

@@ -245,6 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("MMFRAGILE_DEBUG", "") not in ("", "0")
     argv = [x for x in argv if x != "--debug"]  # accepted anywhere on the line
+    if "--deterministic" in argv:  # accepted anywhere too: pins the arithmetic before torch loads (determinism)
+        from mmfragile.determinism import enable
+
+        try:
+            enable()
+        except RuntimeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        argv = [x for x in argv if x != "--deterministic"]
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     streams = sys.stdout, sys.stderr
@@ -289,6 +298,9 @@ def _main(argv: list[str]) -> int:
     ap = _Parser(prog="mmfragile", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--debug", action="store_true",
                     help="show the traceback of an error (also MMFRAGILE_DEBUG=1; accepted anywhere on the line)")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="pin what decides the arithmetic (CPU ISA, MKL, oneDNN: the same numbers on any x86-64 "
+                         "machine; also MMFRAGILE_DETERMINISTIC=1; accepted anywhere on the line; docs/numerics.md)")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     r = sub.add_parser("reproduce", help="run the whole pipeline (notebooks/pipeline.yaml)")

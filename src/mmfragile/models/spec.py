@@ -223,6 +223,9 @@ class ModelSpec:
     # ------------------------------------------------------------------ loading
     def load(self):
         """The model (:class:`~mmfragile.models.base.MLLM`). No network: a model id must be in the HF cache."""
+        from mmfragile.determinism import apply
+
+        apply()  # the deterministic mode's torch settings, where it is on
         self.check()
         model = self._load({k: v for k, v in self.kwargs if k != "name"})
         model.name = self.name

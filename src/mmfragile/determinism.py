@@ -1,0 +1,55 @@
+"""A deterministic mode: the same commit gives the same numbers on any machine of the same architecture.
+
+What decides a CPU run's arithmetic besides the code: the instruction set PyTorch's kernels dispatch to
+(``ATEN_CPU_CAPABILITY``: AVX-512 here, AVX2 elsewhere), MKL's code path (its Conditional Numerical
+Reproducibility, ``MKL_CBWR``), oneDNN's ISA (``ONEDNN_MAX_CPU_ISA``), the thread count (how reductions split) and
+non-deterministic algorithms. With ``MMFRAGILE_DETERMINISTIC=1`` (``mmfragile --deterministic ...`` sets it) the
+ISA is pinned to AVX2 - the level every x86-64 machine of the last decade has - MKL to its strict AVX2 path and
+oneDNN to AVX2, before torch is imported, for this process and every process it starts (papermill kernels, Ray
+workers, shards), and torch uses deterministic algorithms. Under MKL's strict reproducibility the thread count no
+longer changes a bit (measured: 1 and 2 threads give bit-equal stores), so it is left as it is. Measured cost and
+what it fixes: docs/numerics.md.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+#: the switch (any value but "" / "0")
+ENV = "MMFRAGILE_DETERMINISTIC"
+#: what the mode pins on x86-64 (read by torch, MKL and oneDNN when they load)
+PINNED_X86 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "") not in ("", "0")
+
+
+def pinned() -> dict[str, str]:
+    """The environment the mode sets on this machine's architecture."""
+    return dict(PINNED_X86) if platform.machine().lower() in ("x86_64", "amd64") else {}
+
+
+def enable() -> None:
+    """Turn the mode on for this process and its children: before torch is imported, or it refuses (one line)."""
+    os.environ[ENV] = "1"
+    apply()
+
+
+def apply() -> None:
+    """Pin the environment (where the mode is on) and, once torch is imported, its deterministic algorithms. Torch
+    reads its ISA once, on import: if it was imported with another one, refuse, naming what to do."""
+    if not enabled():
+        return
+    os.environ.update(pinned())
+    if "torch" in sys.modules:   # else on the next call: ModelSpec.load calls this before a model loads
+        import torch
+
+        want = pinned().get("ATEN_CPU_CAPABILITY")
+        have = torch.backends.cpu.get_cpu_capability().lower()
+        if want and have != want:
+            raise RuntimeError(f"{ENV}=1 but torch was imported before mmfragile with the {have} kernels: set {ENV}=1 "
+                               "in the environment before starting Python (or import mmfragile first)")
+        torch.use_deterministic_algorithms(True)
+
