@@ -44,9 +44,15 @@ def test_settings_that_differ_today_give_bit_equal_stores_in_the_deterministic_m
 def test_the_mode_refuses_where_torch_already_runs_other_kernels(monkeypatch):
     from mmfragile import determinism
 
-    for key in (determinism.ENV, *determinism.PINNED_X86):
-        monkeypatch.delenv(key, raising=False)   # restored after the test
+    for key in (determinism.ENV, *determinism.PINNED_X86):   # set here, so that the test's end restores them
+        monkeypatch.setenv(key, os.environ.get(key, ""))
     if torch.backends.cpu.get_cpu_capability().lower() == determinism.pinned().get("ATEN_CPU_CAPABILITY", "?"):
         pytest.skip("this machine's torch already runs the pinned kernels")
     with pytest.raises(RuntimeError, match="torch was imported before mmfragile"):
         determinism.enable()
+
+
+def test_the_mode_is_off_after_the_test_that_turned_it_on():
+    from mmfragile import determinism
+
+    assert not determinism.enabled()
