@@ -12,12 +12,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-import os as _os
+from mmfragile.determinism import apply as _pin_arithmetic
 
-if _os.environ.get("MMFRAGILE_DETERMINISTIC", "") not in ("", "0"):  # before anything imports torch
-    from mmfragile.determinism import apply as _apply
-
-    _apply()
+_pin_arithmetic()  # MMFRAGILE_DETERMINISTIC=1: before anything imports torch (a no-op otherwise)
 
 _LAZY = {
     "load_model": "mmfragile.api",

@@ -57,19 +57,15 @@ def _missing_module(e: ModuleNotFoundError) -> str:
     """A module this environment lacks, as one line naming the script that builds the environment that has it."""
     venv = os.environ.get("VIRTUAL_ENV") or sys.prefix
     module = e.name.partition(".")[0]
-    in_vllm_env = "vllm" in Path(venv).name or _module_here("vllm")
+    import importlib.util
+
+    in_vllm_env = "vllm" in Path(venv).name or importlib.util.find_spec("vllm") is not None
     if in_vllm_env and module in _NOTEBOOK_MODULES:
         return (f"this environment ({venv}) has no module {module!r}: the vLLM environment runs every command but "
                 "the notebooks; run `reproduce` / `grid` in the main environment (`bash scripts/install.sh`)")
     script = "scripts/install_vllm.sh" if in_vllm_env else "scripts/install.sh"
     return (f"this environment ({venv}) has no module {module!r}; (re)build it with `bash {script}` from the "
             "repository (it installs everything mmfragile imports)")
-
-
-def _module_here(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

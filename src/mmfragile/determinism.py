@@ -13,7 +13,6 @@ what it fixes: docs/numerics.md.
 from __future__ import annotations
 
 import os
-import platform
 import sys
 
 #: the switch (any value but "" / "0")
@@ -28,6 +27,8 @@ def enabled() -> bool:
 
 def pinned() -> dict[str, str]:
     """The environment the mode sets on this machine's architecture."""
+    import platform  # here, not at import: every `import mmfragile` runs apply()
+
     return dict(PINNED_X86) if platform.machine().lower() in ("x86_64", "amd64") else {}
 
 

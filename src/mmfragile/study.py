@@ -360,17 +360,17 @@ class StageTask:
         score = stage.score(model, params)
         kw = {"progress": self.progress, "desc": f"{model.name} {self.study}/{self.stage}", "unit": stage.unit,
               **stage.run_kw(params)}
-        if self.budget is None:
-            with stage.runs_under(params):
+        with stage.runs_under(params):   # a budgeted run too
+            if self.budget is None:
                 run_items(model, items, store, score, shard=shard, stop_after=self.stop_after, **kw)
-            return
-        from mmfragile.budget import run_budgeted
+                return
+            from mmfragile.budget import run_budgeted
 
-        if stage.budget is None:
-            raise ValueError(f"{self.study}/{self.stage} is no grid a budget can sample")
-        kw.pop("desc")
-        run_budgeted(model, items, store, stage.budget.spec, self.budget, seed=self.budget_seed,
-                     adaptive=self.adaptive, batch=self.budget_batch, score_fn=score, **kw)
+            if stage.budget is None:
+                raise ValueError(f"{self.study}/{self.stage} is no grid a budget can sample")
+            kw.pop("desc")
+            run_budgeted(model, items, store, stage.budget.spec, self.budget, seed=self.budget_seed,
+                         adaptive=self.adaptive, batch=self.budget_batch, score_fn=score, **kw)
 
 
 # ============================================================================================== a whole run

@@ -65,16 +65,15 @@ def mcnemar_p(ref_correct: np.ndarray, alt_correct: np.ndarray) -> float:
 
 def bootstrap_delta(questions: np.ndarray, delta: np.ndarray, n_boot: int = 1000, level: float = 0.95,
                     seed: int = 0) -> tuple[float, float]:
-    """Percentile interval of the mean paired change (pp), resampling whole questions (their cells move together)."""
-    codes, _ = pd.factorize(pd.Series(questions))
-    sums = np.bincount(codes, weights=delta)
-    counts = np.bincount(codes)
-    if len(sums) < 2:
+    """Percentile interval of the mean paired change (pp), resampling whole questions (their cells move together:
+    :mod:`mmfragile.bootstrap`); (nan, nan) with fewer than two questions."""
+    from mmfragile import bootstrap
+
+    per_question = bootstrap.unit_sums(pd.DataFrame({"q": questions, "d": delta}), "q", "d")
+    if len(per_question) < 2:
         return math.nan, math.nan
-    draws = np.random.default_rng(seed).integers(0, len(sums), size=(n_boot, len(sums)))
-    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(lo), float(hi)
+    weights = bootstrap.unit_weights(len(per_question), n_boot, seed)
+    return bootstrap.interval(bootstrap.ratio_draws(weights, per_question["sum"], per_question["n"]), level)
 
 
 def _logit_array(value) -> np.ndarray | None:
