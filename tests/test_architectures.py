@@ -247,3 +247,26 @@ def test_engine_splices_variant_texts_onto_one_processor_call(family_model):
             for k, v in extra.items():
                 assert torch.equal(v[i], _unpad_key(full, k)[0]), f"{family} variant {i}: {k}"
         assert prefix["input_ids"].shape[0] == 1  # the one processor call: variant 0's encode
+
+
+def test_engine_agreement_in_bfloat16_is_measured_against_a_hand_count(tmp_path_factory):
+    """The architecture table's bf16 column (conformance.engine_agreement): in float32 it finds what "engine exact"
+    asserts (no flip, |d logit| < 1e-4); in bfloat16 its flip count equals a count made here from the engine's and
+    generate's own answers, and its |d logit| is that arithmetic's (above float32's, far below a logit)."""
+    from mmfragile.engine import PrefixSharingEngine
+    from mmfragile.models.conformance import ATOL, engine_agreement
+
+    path = str(build_tiny("qwen2_5_vl", root=tmp_path_factory.getbasetemp() / "tiny"))
+    fp32 = engine_agreement(load_model(path))
+    assert (fp32["prompts"], fp32["flips"], fp32["first_token_flips"]) == (30, 0, 0) and fp32["max_dlogit"] < ATOL
+    model = load_model(path, dtype="bfloat16")
+    assert model.model.dtype == torch.bfloat16
+    got = engine_agreement(model)
+    imgs = sample_images()
+    engine, flips = PrefixSharingEngine(model, batch_size=4), 0
+    for images in ([imgs[0]], [imgs[1]], [imgs[2]], [imgs[1], imgs[2]], [imgs[2], imgs[0]]):
+        ps = engine_variants(images)
+        outs = engine.run_group(ps, [["A", "B"]] * len(ps), 4)
+        flips += sum(o.text != r for o, r in zip(outs, model.generate(ps, max_new_tokens=4)))
+    assert got["flips"] == flips and got["prompts"] == 30
+    assert fp32["max_dlogit"] < got["max_dlogit"] < 0.1

@@ -28,9 +28,21 @@ def script(name: str, *args: str, timeout: int = 900) -> str:
 
 def test_every_benchmark_script_has_a_test_here_or_its_own():
     here = Path(__file__).read_text().split('"""', 2)[2]  # this file's tests, not its docstring
-    tested = set(re.findall(r"benchmark_\w+\.py", here)) | set(
+    tested = set(re.findall(r"(?:benchmark|profile)_\w+\.py", here)) | set(
         re.findall(r"benchmark_\w+\.py", (REPO / "tests" / "test_benchmark_gpu.py").read_text()))
-    assert {p.name for p in (REPO / "scripts").glob("benchmark_*.py")} <= tested
+    assert {p.name for pattern in ("benchmark_*.py", "profile_*.py") for p in (REPO / "scripts").glob(pattern)} <= tested
+
+
+def test_profile_engine_splits_the_whole_run_into_its_parts():
+    """On an image grid: the processor and the vision tower get their time, the parts add up to the wall time."""
+    out = script("profile_engine.py", "--model", "tiny-vlm", "--dataset", "easy-vqa", "--formats", "2", "--top", "0")
+    wall = float(re.search(r"wall ([\d.]+) s", out)[1])
+    parts = {ln.split("|")[1].strip(): float(ln.split("|")[2]) for ln in out.splitlines()
+             if ln.startswith("| ") and not ln.startswith("| part")}
+    assert list(parts) == ["processor", "vision tower", "GEMM", "attention", "other tensor ops",
+                           "Python / per-step overhead"]
+    assert parts["processor"] > 0 and parts["vision tower"] > 0 and parts["GEMM"] > 0
+    assert abs(sum(parts.values()) - wall) <= 0.02 * wall + 0.05, out   # every part counted once
 
 
 def test_benchmark_engine_on_a_tiny_grid():
@@ -59,9 +71,15 @@ def test_benchmark_vllm_on_a_tiny_grid():
     if not (vllm_venv() / "bin" / "python").exists():
         pytest.skip(f"no vLLM environment at {vllm_venv()}: create it with scripts/install_vllm.sh (.ci/run does)")
     out = script("benchmark_vllm.py", "--questions", "1", "--formats", "2", "--backends", "hf-engine,vllm-cache",
-                 "--enforce-eager")
-    rows = {ln[:28].strip(): ln[28:].split() for ln in out.splitlines() if ln.startswith(("HF ", "vLLM"))}
-    assert set(rows) == {"HF prefix-sharing engine", "vLLM, prefix caching on"}
-    # 1 text question x (2 formats + standard) x its circular shifts, every answer the engine's
+                 "--enforce-eager", "--dtypes", "float32,bfloat16")
+    rows = {(ln[:28].strip(), ln[28:].split()[0]): ln[28:].split() for ln in out.splitlines()
+            if ln.startswith(("HF ", "vLLM"))}
+    assert set(rows) == {(b, d) for b in ("HF prefix-sharing engine", "vLLM, prefix caching on")
+                         for d in ("float32", "bfloat16")}
+    # 1 text question x (2 formats + standard) x its circular shifts, every float32 answer the engine's
     prompts = int(re.search(r"prompts=(\d+)", out)[1])
-    assert all(r[-1] == f"{prompts}/{prompts}" for r in rows.values()), out
+    assert all(r[-1] == f"{prompts}/{prompts}" for (_, d), r in rows.items() if d == "float32"), out
+    # the GEMM peak is measured per dtype in the run, and MFU is a share of it for the engine and for vLLM (its
+    # prefix-cache counters give the tokens it computed)
+    assert re.search(r"GEMM peak \(GFLOP/s, \d+ threads\): float32 \d+, bfloat16 \d+", out), out
+    assert all(0 < float(r[-2]) < 100 for r in rows.values()), out

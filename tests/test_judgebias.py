@@ -509,3 +509,21 @@ def test_table2_frame_layout(tmp_path):
     p = save_table2_csv(t, tmp_path / "t2.csv")
     back = pd.read_csv(p, index_col=0)
     assert back.shape == (31, 12) and "Robustness (BC↑) | TextInsert." in back.columns
+
+
+def test_a_model_that_cannot_sample_is_refused_before_the_run_with_what_to_pass(tmp_path, capsys):
+    """An API judge cannot sample with a seed: the default --decoding sample is refused in one line before any model
+    loads or any row runs (it failed mid-run with a TypeError before); --decoding greedy is the way."""
+    from mmfragile.cli import main
+    from mmfragile.models.spec import ModelSpec
+
+    assert not ModelSpec.parse("openai:http://127.0.0.1:9/v1::m").can("can_sample")
+    assert ModelSpec.parse("tiny-vlm").can("can_sample")
+    out = tmp_path / "jb"
+    rc = main(["judge", "--model", "openai:http://127.0.0.1:9/v1::m", "--n-samples", "1", "--perturbations",
+               "text_dominance", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert err[0] == ("error: m (openai backend) cannot sample with a seed, which --decoding sample (the default: "
+                      "seeded runs) needs: pass --decoding greedy")
+    assert not any(out.rglob("*.parquet"))    # nothing ran

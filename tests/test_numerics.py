@@ -49,8 +49,11 @@ def test_every_default_alternative_runs_the_same_cells(tiny_run, capsys):
     cells = {m: set(map(tuple, g[nm.CELL].astype(str).to_numpy())) for m, g in rows.groupby("model")}
     assert all(c == cells["tiny-vlm"] for c in cells.values()) and len(cells["tiny-vlm"]) == N * PER_QUESTION
     # bfloat16 moves the option logits (it is another arithmetic), by far less than their margins here
-    bf = nm.floor_table(rows).set_index("alternative").loc["bfloat16"]
-    assert 0 < bf.max_dlogit < 0.05
+    table = nm.floor_table(rows).set_index("alternative")
+    assert 0 < table.loc["bfloat16"].max_dlogit < 0.05
+    # batched generate stores its option logits too; in float32 the engine is exact against it (docs/architectures)
+    gen = table.loc["generate"]
+    assert gen.flips == 0 and 0 <= gen.max_dlogit < 1e-4
 
 
 def test_a_rerun_resumes_with_nothing_new(tiny_run):
@@ -195,6 +198,58 @@ def test_the_report_shows_the_floor_beside_the_format_effects(tiny_run, tmp_path
     assert "its numerical floor is" in md.split("## ")[1]           # in "How to report this"
 
 
+def test_each_format_and_prompt_effect_is_labelled_against_the_floor_in_its_own_section(tiny_run, tmp_path):
+    """Study 1's per-format deviations and study 2's per-prompt deviations (from the mean over the variants) each
+    sit beside the model's floor in their own section; the inside count equals a hand count of the deviations."""
+    from mmfragile.report import build_report
+
+    fb, pc = tmp_path / "fb", tmp_path / "pc"
+    assert main(["run", "format-bias", "--model", "tiny-vlm", "--dataset", "easy-vqa", "--n", str(N), "--quiet",
+                 "--out", str(fb)]) == 0
+    assert main(["run", "promptception", "--model", "tiny-vlm", "--dataset", "synthetic-vqa", "--n", "3",
+                 "--prompt-ids", "1.1,2.1,5.2,7.6", "--max-new-tokens", "4", "--n-frames", "2", "--quiet",
+                 "--out", str(pc)]) == 0
+    rep = build_report([fb, pc, tiny_run], tmp_path / "rep", n_boot=20)
+    md, m = rep.markdown.read_text(), rep.metrics
+    floor = m["numerics/tiny-vlm/floor_pp"]
+    for kind, ds, n_variants, title in (("formats", "easy-vqa", 48, "Study 1"),
+                                        ("prompts", "synthetic-vqa", 4, "Study 2")):
+        prefix = f"{kind}/tiny-vlm/{ds}"
+        devs = {k: v for k, v in m.items() if k.startswith(f"{prefix}/deviation/")}
+        assert len(devs) == n_variants
+        assert m[f"{prefix}/floor_pp"] == floor
+        assert m[f"{prefix}/inside_floor"] == sum(abs(v) <= floor for v in devs.values())
+        section = next(s for s in md.split("\n## ") if s.startswith(title))
+        assert f"beside the numerical floor ({floor:.1f} pp)" in section
+        # each deviation is the variant's accuracy minus the mean over the variants
+        assert abs(sum(devs.values())) < 1e-6 * n_variants
+    how = md.split("\n## ")[1]
+    assert how.count("Numerical floor: ") == 2 and "report those format effects as inside the floor" in how
+
+
+def test_floor_labels_and_rank_gaps_by_hand():
+    """floor_block and rank_gaps on hand-made numbers: |deviation| <= floor is inside; a gap between two models is
+    held against the larger of their floors."""
+    from mmfragile.report.build import Doc, Section, floor_block, rank_gaps
+
+    doc, sec, how = Doc(), Section("s", "S"), {}
+    doc.floors = {"a": 1.0, "b": 3.0}
+    floor_block(doc, sec, "formats", "a", "d", "format", ["f1", "f2", "f3"], [50.0, 51.5, 52.5], how)  # mean 51.33
+    dev = {k.rsplit("/", 1)[1]: v for k, v in doc.metrics.items() if "/deviation/" in k}
+    assert dev == pytest.approx({"f1": -4 / 3, "f2": 1 / 6, "f3": 7 / 6})
+    assert how["floor"] == {"floor": 1.0, "inside": 1, "of": 3}               # only f2 within 1 pp
+    table = sec.blocks[0]
+    assert [r[0].text for r in table.rows] == ["f1", "f3", "f2"]              # largest |deviation| first
+    assert [r[2].text for r in table.rows] == ["above the floor", "above the floor", "inside the floor"]
+    floor_block(doc, sec, "formats", "z", "d", "format", ["f1"], [1.0], {})   # no floor for z: nothing shown
+    assert len(sec.blocks) == 1
+    gaps = rank_gaps(doc, "formats", "d", {"a": 60.0, "b": 58.0, "c": 50.0})
+    assert gaps["a"][1] == "inside the floor"      # 2 pp against max(1, 3)
+    assert gaps["b"][1] == "above the floor"       # 8 pp against b's 3
+    assert gaps["c"] == (gaps["c"][0], None) and gaps["c"][0].text == "-"
+    assert doc.metrics["ranking/formats/d/a/gap_to_next"] == 2.0
+
+
 def test_a_report_without_a_numerics_store_says_no_floor_was_measured(tmp_path):
     from mmfragile.report import build_report
 
@@ -205,3 +260,22 @@ def test_a_report_without_a_numerics_store_says_no_floor_was_measured(tmp_path):
     (note,) = [n for n in rep.notes if "no numerical floor was measured" in n]
     assert "python -m mmfragile run numerics --model M --dataset D" in note
     assert "no numerical floor was measured" in rep.markdown.read_text()
+
+
+def test_the_numerics_notebook_writes_the_floor_table_the_store_gives(tmp_path):
+    """Notebook 60 (what `reproduce` runs for study 4): its CSV is floor_table of its store, and its figure exists."""
+    from pathlib import Path
+
+    papermill = pytest.importorskip("papermill")
+    repo = Path(__file__).resolve().parents[1]
+    runs, figs = tmp_path / "runs", tmp_path / "figs"
+    papermill.execute_notebook(str(repo / "notebooks" / "60_numerics_run.ipynb"), str(tmp_path / "60.ipynb"),
+                               cwd=str(repo), progress_bar=False,
+                               parameters=dict(model="tiny-vlm", dataset="easy-vqa", n_questions=1, per_question=4,
+                                               alternatives=["repeat", "bfloat16"], results_dir=str(runs),
+                                               figures_dir=str(figs)))
+    got = pd.read_csv(figs / "floor_format-bias_tiny-vlm.csv")
+    want = nm.floor_table(ResultStore(runs / "tiny-vlm" / "easy-vqa" / "cells").read())
+    assert list(got.alternative) == ["bfloat16", "repeat"] and list(got.flips) == list(want.flips)
+    assert got.set_index("alternative").loc["repeat", "flip_rate"] == 0.0
+    assert (figs / "floor_format-bias_tiny-vlm.png").stat().st_size > 10_000

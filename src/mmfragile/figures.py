@@ -1,6 +1,8 @@
 """Figures for the three studies (one module each) and the helpers they share."""
 from __future__ import annotations
 
+import contextlib
+
 import matplotlib
 
 matplotlib.use("Agg")  # figures are written to files; notebooks still display the returned Figure
@@ -24,3 +26,17 @@ def save_figure(fig: Figure, path, dpi: int = 150) -> None:
     """Write ``fig`` (PNG/PDF by extension) with a tight bounding box and close it."""
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
+
+
+@contextlib.contextmanager
+def seeded_numpy(seed: int):
+    """numpy's global generator seeded for the block (plotting libraries that draw from it: seaborn's jitter),
+    then restored, so a figure does not change from run to run and the caller's random state is untouched."""
+    import numpy as np
+
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)

@@ -74,7 +74,8 @@ def exact_match_score(raw: str, item: EvalItem) -> dict[str, Any]:
 def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_fn: ScoreFn = exact_match_score,
               mode: str = "auto", batch_size: int = 16, flush_every: int = 256, progress: bool = True,
               desc: str | None = None, stop_after: int | None = None, shard: Shard | str | None = None,
-              unit: str = "prompt", engine_batch: int | None = None) -> pd.DataFrame:
+              unit: str = "prompt", engine_batch: int | None = None,
+              generate_logits: bool = False) -> pd.DataFrame:
     """Evaluate the items not yet in ``store`` and return the store's full table.
 
     ``mode`` (``generate`` requests): ``"engine"`` (prefix-sharing engine; refuses with the reason where it
@@ -90,7 +91,9 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     "Speed" and "vLLM backend"); load the model with ``vllm:`` to choose vLLM. ``batch_size``: prompts per batched
     ``generate`` call (the engine sizes its tail batches from free memory). ``unit``: what the progress bar counts,
     one item (a prompt, an option's log-likelihood, a judgment ...). ``engine_batch``: at most that many tails per
-    engine forward (None: as many as fit in memory; the numerics study varies it). An interrupt (KeyboardInterrupt; the CLI makes
+    engine forward (None: as many as fit in memory; the numerics study varies it). ``generate_logits``: mode
+    ``"generate"`` stores the option logits too (one more forward per batch; the numerics study compares them with
+    the engine's; the benchmarks' naive baseline leaves it off). An interrupt (KeyboardInterrupt; the CLI makes
     SIGTERM one too) stores the rows finished so far before it propagates."""
     if mode not in ("auto", "engine", "generate"):
         raise ValueError(f"mode must be auto, engine or generate, not {mode!r}")
@@ -104,7 +107,7 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
             store.pin_run_info("image_policy", model.image_policy, entry=model.name)
     todo = [it for it, p in zip(items, store.pending(keys)) if p]
     call = _Caller(model, mode, batch_size, any(it.request == "generate" and it.option_ids for it in todo),
-                   engine_batch)
+                   engine_batch, generate_logits)
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
                unit=unit, smoothing=0.05)
     buffer: list[dict] = []
@@ -138,9 +141,11 @@ class _Output:
 class _Caller:
     """How one run sends its requests to the model: chunking and the backend call per request kind."""
 
-    def __init__(self, model: MLLM, mode: str, batch_size: int, generates: bool, engine_batch: int | None = None):
+    def __init__(self, model: MLLM, mode: str, batch_size: int, generates: bool, engine_batch: int | None = None,
+                 generate_logits: bool = False):
         """``generates``: the run has option-scored generate requests (the engine's work); ``engine_batch``: the
-        engine's tails per forward (None: what fits in memory)."""
+        engine's tails per forward (None: what fits in memory); ``generate_logits``: batched generate stores the
+        option logits in every mode."""
         self.model, self.mode = model, mode
         self.fused = mode == "auto" and model.fused_option_logits
         self.batch_size = max(batch_size, model.batch_size) if self.fused else batch_size
@@ -148,7 +153,7 @@ class _Caller:
         if refusal is not None and mode == "engine":
             raise EngineInexact(f"{model.name}: {refusal}")
         # where the engine is refused in auto mode, a model with exact option logits still stores them
-        self.stand_in_logits = mode == "auto" and model.exact_option_logits
+        self.stand_in_logits = (mode == "auto" or generate_logits) and model.exact_option_logits
         if refusal is not None and self.stand_in_logits:  # say so, once
             warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
                           stacklevel=3)

@@ -184,7 +184,9 @@ class Study:
     stages' stores are listed under provenance only), returning ``(section or None, how-to-report entries)``;
     ``errors`` - exception type -> one-line message for the CLI (an error a user can cause, and what to pass);
     each stage's ``budget`` grid (:mod:`mmfragile.budget`); ``report_absent(studies)`` - the report's notes when it
-    has no store of this study but stores of ``studies`` (names): what was not measured, and the command."""
+    has no store of this study but stores of ``studies`` (names): what was not measured, and the command;
+    ``report_floors(stages, opts)`` - the numerical noise floor (pp) per model its stores measured, computed before
+    every section so that each study shows its effects beside it (``Doc.floors``)."""
 
     name: str
     title: str
@@ -202,6 +204,7 @@ class Study:
     report_stages: tuple[str, ...] = ()
     errors: Mapping[type, Callable[[BaseException], str]] = field(default_factory=dict)
     report_absent: Callable[[Sequence[str]], list[str]] | None = None
+    report_floors: Callable[[Mapping[str, list[ResultStore]], Any], Mapping[str, float]] | None = None
 
     def error_line(self, exc: BaseException) -> str | None:
         """The study's one-line message for ``exc`` (its ``errors``), or None."""

@@ -149,6 +149,43 @@ def check_engine(model, max_new_tokens: int = 4) -> Check:
                  f"{engine.stats['groups']} groups")
 
 
+def engine_agreement(model, max_new_tokens: int = 4) -> dict:
+    """The engine against batched ``generate`` + ``option_logits`` in the model's own dtype, measured rather than
+    asserted (bfloat16 is not exact across kernel shapes): over :func:`engine_variants` of three 1-image and two
+    2-image questions (30 prompts), how many greedy answers of ``max_new_tokens`` differ (``flips`` of ``prompts``), how many first
+    tokens differ, and the max |delta option logit|. ``None`` where the engine refuses the family (the reason in
+    ``refused``)."""
+    from mmfragile.engine import EngineInexact, PrefixSharingEngine
+
+    try:
+        engine = PrefixSharingEngine(model, batch_size=4)
+    except EngineInexact as e:
+        return {"refused": str(e)}
+    imgs = sample_images()
+    prompts = flips = first_flips = 0
+    max_d = 0.0
+    for images in ([imgs[0]], [imgs[1]], [imgs[2]], [imgs[1], imgs[2]], [imgs[2], imgs[0]]):
+        ps = engine_variants(images)
+        cands = [["A", "B"]] * len(ps)
+        outs = engine.run_group(ps, cands, max_new_tokens)
+        ref, ref1 = model.generate(ps, max_new_tokens=max_new_tokens), model.generate(ps, max_new_tokens=1)
+        one = engine.run_group(ps, cands, 1)
+        prompts += len(ps)
+        flips += sum(o.text != r for o, r in zip(outs, ref))
+        first_flips += sum(o.text != r for o, r in zip(one, ref1))
+        lg = model.option_logits(ps, cands)
+        max_d = max(max_d, *(float(np.abs(np.asarray(o.option_logits, np.float64) - np.asarray(l, np.float64)).max())
+                             for o, l in zip(outs, lg)))
+    return {"prompts": prompts, "flips": flips, "first_token_flips": first_flips, "max_dlogit": max_d}
+
+
+def agreement_mark(a: dict) -> str:
+    """A table cell of :func:`engine_agreement`: ``flips / prompts, max |d logit|`` or ``–`` (refused)."""
+    if "refused" in a:
+        return "–"
+    return f"{a['flips']}/{a['prompts']}, {a['max_dlogit']:.1e}"
+
+
 CHECKS: dict[str, Callable] = {
     "generate": check_generate, "option logits": check_option_logits, "loglikelihood": check_loglikelihood,
     "multi-image": check_multi_image, "video": check_video, "engine exact": check_engine,

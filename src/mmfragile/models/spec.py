@@ -108,6 +108,17 @@ class ModelSpec:
         """This spec's entry in the backend registry (:data:`BACKENDS`)."""
         return BACKENDS[self.backend]
 
+    def can(self, capability: str) -> bool:
+        """Whether the model this spec loads has ``capability`` (an :class:`~mmfragile.models.base.MLLM` capability
+        attribute such as ``can_sample``), from its backend's class, before it loads. A backend whose module is
+        not installed answers True: loading it then says what to install."""
+        entry = self.backend_entry
+        try:
+            cls = entry.model_class() if entry.model_class is not None else None
+        except ImportError:
+            return True
+        return cls is None or bool(getattr(cls, capability))
+
     # ------------------------------------------------------------------ what it is
     @property
     def options(self) -> dict[str, Any]:
@@ -301,9 +312,10 @@ class Backend:
     """One backend, in the one registry of them (:data:`BACKENDS`): its name (the spec's prefix, none for the
     default), ``form`` (how its spec is written, for errors), ``kind`` (what every spec of it is - ``api`` - or
     None: by source), ``load(spec, kwargs)`` -> the model, ``options()`` -> the keyword arguments it takes by
-    where they go, ``check_source(source, spec)`` (raises ValueError on a malformed spec) and ``requires`` (a
-    module it needs, and how to get it). What a loaded model can do is declared on its class
-    (:class:`~mmfragile.models.base.MLLM`'s capability attributes), never probed."""
+    where they go, ``check_source(source, spec)`` (raises ValueError on a malformed spec), ``requires`` (a
+    module it needs, and how to get it) and ``model_class()`` (the class it loads, imported on demand). What a
+    model can do is declared on that class (:class:`~mmfragile.models.base.MLLM`'s capability attributes), never
+    probed: a study checks them before anything loads."""
 
     name: str
     form: str
@@ -314,6 +326,7 @@ class Backend:
     requires: tuple[str, str] | None = None
     #: keyword arguments that are secrets (masked wherever a spec is recorded or shown: mmfragile.redaction)
     secrets: frozenset[str] = frozenset()
+    model_class: Callable[[], type] | None = None
 
     def __post_init__(self) -> None:
         declare_secret_args(self.secrets)
@@ -324,6 +337,12 @@ def _load_openai(spec: ModelSpec, kw: dict[str, Any]):
 
     url, _, model = spec.source.partition("::")
     return OpenAIChatModel(url, model, **kw)
+
+
+def _openai_class() -> type:
+    from mmfragile.models.openai_api import OpenAIChatModel
+
+    return OpenAIChatModel
 
 
 def _openai_options() -> dict[str, list[str]]:
@@ -341,6 +360,12 @@ def _load_vllm(spec: ModelSpec, kw: dict[str, Any]):
     from mmfragile.models.vllm_backend import VLLMModel
 
     return VLLMModel(spec.checkpoint_dir(), **kw)
+
+
+def _vllm_class() -> type:
+    from mmfragile.models.vllm_backend import VLLMModel
+
+    return VLLMModel
 
 
 def _vllm_options() -> dict[str, list[str]]:
@@ -375,6 +400,12 @@ def _load_hf(spec: ModelSpec, kw: dict[str, Any]):
     return HFModel.from_pretrained(spec.source, **kw)
 
 
+def _hf_class() -> type:
+    from mmfragile.models.hf import HFModel   # zoo and embedded models are HFModels too
+
+    return HFModel
+
+
 def _hf_options() -> dict[str, list[str]]:
     from mmfragile.models.hf import load_options
 
@@ -385,9 +416,11 @@ def _hf_options() -> dict[str, list[str]]:
 DEFAULT_BACKEND = "hf"
 #: every backend: spec prefix -> :class:`Backend`
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
-    Backend("hf", "<embedded or zoo name | checkpoint folder | cached model id>", _load_hf, _hf_options),
+    Backend("hf", "<embedded or zoo name | checkpoint folder | cached model id>", _load_hf, _hf_options,
+            model_class=_hf_class),
     Backend("vllm", "vllm:<the same as hf>", _load_vllm, _vllm_options,
-            requires=("vllm", "create its environment with scripts/install_vllm.sh and run mmfragile from it")),
+            requires=("vllm", "create its environment with scripts/install_vllm.sh and run mmfragile from it"),
+            model_class=_vllm_class),
     Backend("openai", "openai:<base_url>::<model>", _load_openai, _openai_options, kind="api",
-            check_source=_openai_source, secrets=frozenset({"api_key"})),
+            check_source=_openai_source, secrets=frozenset({"api_key"}), model_class=_openai_class),
 )}

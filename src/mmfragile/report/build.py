@@ -189,6 +189,8 @@ class Doc:
         self.digits = digits
         self.sections: list[Section] = []
         self.notes: list[str] = []
+        #: model label -> its numerical noise floor in pp (a study's ``report_floors``), before any section
+        self.floors: dict[str, float] = {}
         self._ids: set[str] = set()
 
     def uid(self, base: str) -> str:
@@ -395,11 +397,14 @@ def ranking_tables(doc: Doc, sec: Section, kind: str, ds: str, per_model: dict[s
         sec.blocks.append(Paragraph([txt(f"{ds}: the models share no questions / {unit_name}s; no ranking.")]))
         return {}
     W = boot_weights(len(common_q), n_boot, seed)
-    boot = []
+    boot, means = [], {}
     for m in models:
         pm_ = per_model[m]
         hits, n = outcome_matrix(pm_["frame"], pm_["variant"], common_q, common_v, pm_.get("hit", "correct"), pm_.get("n"))
         boot.append(boot_ratio(W, hits, n))                                   # boot x variants
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means[m] = float(np.nanmean(100.0 * hits.sum(axis=1) / n.sum(axis=1)))
+    gaps = rank_gaps(doc, kind, ds, means) if set(models) & set(doc.floors) else None
     B = np.stack(boot)                                                    # models x boot x variants
     Bm = np.nanmean(B, axis=2)                                            # models x boot (mean over variants)
     r_mean = 1 + (Bm[None, :, :] > Bm[:, None, :]).sum(axis=1)            # models x boot
@@ -416,20 +421,24 @@ def ranking_tables(doc: Doc, sec: Section, kind: str, ds: str, per_model: dict[s
         med = float(rd["median_rank"].iloc[0]) if len(rd) else float("nan")
         rmin = rd["min_rank"].iloc[0] if len(rd) else float("nan")
         rmax = rd["max_rank"].iloc[0] if len(rd) else float("nan")
-        out[m] = {"rank": point_mean_rank.get(m), "p_best": p_best, "share_rank1": share1}
+        out[m] = {"rank": point_mean_rank.get(m), "p_best": p_best, "share_rank1": share1,
+                  "gap_verdict": gaps[m][1] if gaps else None}
         rows.append([txt(m), doc.count(f"{base}/rank", point_mean_rank.get(m)),
                      Cell([("[", None, None), doc.span(f"{base}/rank_lo", lo, 0), (", ", None, None),
                            doc.span(f"{base}/rank_hi", hi, 0), ("]", None, None)]),
                      doc.num(f"{base}/p_best", p_best, 2),
                      doc.num(f"{base}/share_rank1", 100 * share1, 0, " %"),
                      doc.num(f"{base}/median_rank", med, 1),
-                     Cell([doc.span(f"{base}/min_rank", rmin, 0), ("-", None, None), doc.span(f"{base}/max_rank", rmax, 0)])])
+                     Cell([doc.span(f"{base}/min_rank", rmin, 0), ("-", None, None), doc.span(f"{base}/max_rank", rmax, 0)])]
+                    + ([gaps[m][0]] if gaps else []))
     sec.blocks.append(Table(doc.uid(f"rank-{kind}-{ds}"), f"Model ranking on {ds} (by the mean over {unit_name}s)",
                             ["model", "rank", f"{int(level * 100)} % rank interval", "P(best)",
                              f"{unit_name}s ranked 1st", f"median rank over {unit_name}s",
-                             f"rank range over {unit_name}s"], rows,
+                             f"rank range over {unit_name}s"] + (["mean - next model's (pp)"] if gaps else []), rows,
                             note=f"Rank intervals and P(best): bootstrap over the {len(common_q)} questions all models "
-                                 f"share ({n_boot} draws, seed {seed}); ranks are competition ranks, 1 = best."))
+                                 f"share ({n_boot} draws, seed {seed}); ranks are competition ranks, 1 = best."
+                                 + (" A gap inside the floor (the larger of the two models' numerical floors) cannot "
+                                    "be told from arithmetic noise." if gaps else "")))
     # per variant, collapsed
     prow = []
     pr = point_rank_by_unit.set_index(["unit", "model"])["rank"]
@@ -445,6 +454,54 @@ def ranking_tables(doc: Doc, sec: Section, kind: str, ds: str, per_model: dict[s
     sec.blocks.append(Table(doc.uid(f"rank-{kind}-{ds}-per-unit"), f"Ranking per {unit_name} on {ds}",
                             [unit_name, "model", "rank", f"{int(level * 100)} % rank interval", "P(best)"], prow,
                             collapsed=True))
+    return out
+
+
+# ================================================================================================ the noise floor
+def floor_verdict(effect_pp: float, floor_pp: float) -> str:
+    """An effect against the model's numerical floor: inside it (cannot be told from arithmetic noise) or above."""
+    return "inside the floor" if abs(effect_pp) <= floor_pp else "above the floor"
+
+
+def floor_block(doc: Doc, sec: Section, kind: str, model: str, ds: str, unit_name: str, names: Sequence[str],
+                accuracy: Sequence[float], how: dict) -> None:
+    """Where ``model`` has a numerical floor (``doc.floors``): each variant's deviation from the mean over the
+    variants beside it, labelled inside or above; the count goes into ``how`` (``floor``) for "How to report this"."""
+    floor = doc.floors.get(model)
+    if floor is None:
+        return
+    acc = np.asarray(accuracy, float)
+    dev = acc - acc.mean()
+    base = metric_key(kind, model, ds)
+    rows, inside = [], 0
+    for j in np.argsort(-np.abs(dev), kind="stable"):
+        verdict = floor_verdict(dev[j], floor)
+        inside += verdict.startswith("inside")
+        rows.append([txt(names[j]), doc.num(metric_key(kind, model, ds, "deviation", names[j]), dev[j]), txt(verdict)])
+    doc.put(f"{base}/floor_pp", floor)
+    how["floor"] = {"floor": floor, "inside": doc.put(f"{base}/inside_floor", inside), "of": len(names)}
+    sec.blocks.append(Table(doc.uid(f"{kind}-floor-{model}-{ds}"), f"{model} on {ds}: each {unit_name}'s deviation "
+                            f"from the mean over {unit_name}s beside the numerical floor ({floor:.1f} pp)",
+                            [unit_name, "accuracy - mean (pp)", "verdict"], rows, collapsed=True,
+                            note=f"{inside} of {len(names)} {unit_name}s deviate from the mean by no more than the "
+                                 "model's numerical floor (the numerics store: the largest accuracy change an "
+                                 "arithmetic-only change made); those cannot be told from noise."))
+
+
+def rank_gaps(doc: Doc, kind: str, ds: str, means: Mapping[str, float]) -> dict[str, tuple[Cell, str | None]]:
+    """Per model: its mean's gap to the next-ranked model's (pp) as a cell, and its verdict against the larger of
+    the two models' floors where either has one (``doc.floors``; else None)."""
+    order = sorted(means, key=lambda m: -means[m])
+    out: dict[str, tuple[Cell, str | None]] = {}
+    for m, nxt in zip(order, order[1:] + [None]):
+        if nxt is None:
+            out[m] = txt("-"), None
+            continue
+        gap = means[m] - means[nxt]
+        floors = [doc.floors[x] for x in (m, nxt) if x in doc.floors]
+        verdict = floor_verdict(gap, max(floors)) if floors else None
+        out[m] = Cell([doc.span(metric_key("ranking", kind, ds, m, "gap_to_next"), gap),
+                       (f" ({verdict}, vs {nxt})" if verdict else f" (vs {nxt})", None, None)]), verdict
     return out
 
 
@@ -665,6 +722,17 @@ def _how_grid(doc: Doc, h: dict, level: float) -> Paragraph:
         parts += [(" Rank by the mean: ", None, None), sp(f"{rk}/rank", 0), (" (P(best) ", None, None),
                   sp(f"{rk}/p_best", 2), ("; ranked 1st on ", None, None), sp(f"{rk}/share_rank1", 0),
                   (f" % of the {unit}s) - give the rank interval, not one rank.", None, None)]
+        if (r.get("gap_verdict") or "").startswith("inside"):
+            parts += [(" Its gap to the next model is inside the numerical floor: the order of the two cannot be "
+                       "told from arithmetic noise.", None, None)]
+    fl = h.get("floor")
+    if fl:
+        parts += [(" Numerical floor: ", None, None), sp(f"{p}/floor_pp"), (" pp; ", None, None),
+                  sp(f"{p}/inside_floor", 0), (f" of the {fl['of']} {unit}s deviate from the mean by no more - "
+                                               f"report those {unit} effects as inside the floor, not as effects.",
+                                               None, None)]
+        if h.get("standard_gap") and abs(m_.get(f"{p}/standard_minus_mean") or 0) <= fl["floor"]:
+            parts += [(f" The {h['standard_label']}'s gap to the mean is inside it too.", None, None)]
     if h.get("lmm_sig"):
         parts += [(" Significant format factors (mixed model): " + ", ".join(n for n, _, _ in h["lmm_sig"])
                    + ".", None, None)]
@@ -858,6 +926,11 @@ def build_report(stores: Sequence[str | Path] | str | Path, out: str | Path, *, 
     opts = ReportOptions(n_boot, seed, level, budget_draws)
     unsummarised = []
     known = study_names()
+    for name in [n for n in known if n in by_study]:   # the floors first: every section holds its effects against them
+        study = get_study(name)
+        if study.report_floors is not None:
+            doc.floors.update(study.report_floors({k: v for k, v in by_study[name].items()
+                                                   if k in study.report_stages}, opts))
     for name in [n for n in known if n in by_study] + sorted(set(by_study) - set(known)):
         study, stages = get_study(name) if name in known else None, by_study[name]
         unsummarised += [f"{name}/{stage}" if stage else name for stage in stages

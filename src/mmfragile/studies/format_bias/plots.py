@@ -22,7 +22,7 @@ from mmfragile.studies.format_bias.metrics import (  # noqa: E402
 
     CONFIDENCE_BINS, DATASETS, FACTOR_LABELS, FACTORS, LEVEL_LABELS, LEVELS, METHOD_LABELS, MODELS,
 )
-from mmfragile.figures import save_figure, stamp_note  # noqa: E402,F401  (save_figure re-exported)
+from mmfragile.figures import save_figure, seeded_numpy, stamp_note  # noqa: E402,F401  (save_figure re-exported)
 
 __all__ = [
     "plot_rank_distribution", "plot_format_accuracy_ci", "plot_deviation_heatmap", "plot_coverage_heatmap", "plot_lmm_coefficients",
@@ -158,8 +158,9 @@ def plot_rank_distribution(ranks: pd.DataFrame, note: str | None = None, include
             sub = r[r["dataset"] == p]
         sns.boxenplot(data=sub, x="model", y="rank", hue="model", order=models, hue_order=models,
                       palette=palette, ax=ax, legend=False, width=0.6, linewidth=0.6, showfliers=False)
-        sns.stripplot(data=sub, x="model", y="rank", order=models, color="black", size=2.2, alpha=0.35,
-                      jitter=0.22, ax=ax)
+        with seeded_numpy(0):   # seaborn jitters with numpy's global generator: the same figure every run
+            sns.stripplot(data=sub, x="model", y="rank", order=models, color="black", size=2.2, alpha=0.35,
+                          jitter=0.22, ax=ax)
         ax.set_ylim(n_models + 0.6, 0.4)
         ax.set_yticks(range(1, n_models + 1))
         ax.set_title(p, fontsize=10, fontweight="bold", style="italic" if p == "Ideal evaluation" else "normal")

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from mmfragile.report.build import (Cell, Doc, Paragraph, ReportOptions, Section, Table, add_figure, boot_ratio,
-                                    boot_weights, budget_block, distribution_figure, finite, interval, metric_key,
+                                    boot_weights, budget_block, distribution_figure, finite, floor_block, interval,
+                                    metric_key,
                                     of_group, of_groups, outcome_matrix, ranking_tables, read_stores, stats_row, txt,
                                     variant_statistics)
 from mmfragile.store import ResultStore
@@ -80,6 +81,9 @@ def _scores_block(doc: Doc, sec: Section, grid: pd.DataFrame, pq: pd.DataFrame, 
                                  f"{seed}; all circular shifts of a question drawn together.] Standard format: the "
                                  "'standard' variant where it was run, else the dataset's standard format in the "
                                  "grid (Tab. 5). Accuracy per format = circular evaluation (each shift counts)."))
+    for (m, ds), h in zip(complete, how):
+        group = of_group(scores, m, ds)
+        floor_block(doc, sec, "formats", m, ds, "format", _format_names(group).tolist(), group["accuracy"], h)
     add_figure(doc, sec, "formats-distribution", "Accuracy over prompt formats",
                lambda: distribution_figure(dist_groups, "accuracy (%)", "Accuracy over the prompt formats "
                                            "(one dot per format)", "standard format"),

@@ -89,6 +89,9 @@ def load(ctx: RunContext) -> JudgeData:
     A perturbation no record can take is left out with a warning and listed in ``run_info["left_out"]``."""
     p = ctx.params
     check_decoding(p["decoding"], p["runs"])
+    if p["decoding"] == "sample" and not ctx.model.can("can_sample"):   # before any model loads or any row runs
+        raise UsageError(f"{ctx.model_name} ({ctx.model.backend} backend) cannot sample with a seed, which "
+                         "--decoding sample (the default: seeded runs) needs: pass --decoding greedy")
     if ctx.n is not None:  # accepted by every study's command line, but a judge set is counted in samples
         raise UsageError(f"the judge study takes --n-samples N (n_samples=; default {p['n_samples']}), not --n")
     if ctx.table is not None:

@@ -39,7 +39,7 @@ ALTERNATIVES: dict[str, Alternative] = {a.name: a for a in (
     Alternative("composition", "each cell among a seeded third of its question's variants, in a seeded order",
                 composition=True),
     Alternative("generate", "batched generate + option logits instead of the prefix-sharing engine",
-                run_kw={"mode": "generate"}),
+                run_kw={"mode": "generate", "generate_logits": True}),
     Alternative("threads-1", "one torch thread", threads=1),
     Alternative("eager", "eager attention (transformers' attn_implementation)", spec_kwargs={"attn_implementation": "eager"}),
     Alternative("sdpa", "scaled-dot-product attention", spec_kwargs={"attn_implementation": "sdpa"}),

@@ -35,11 +35,22 @@ def absent(studies) -> list[str]:
             "(docs/numerics.md)"]
 
 
-def section(doc: Doc, stores: Mapping[str, list[ResultStore]], opts: ReportOptions):
+def _table(stores: Mapping[str, list[ResultStore]], opts: ReportOptions):
     rows = read_stores(stores.get("cells", []))
-    if rows.empty:
+    return None if rows.empty else floor_table(rows, level=opts.level, n_boot=opts.n_boot, seed=opts.seed)
+
+
+def floors(stores: Mapping[str, list[ResultStore]], opts: ReportOptions) -> dict[str, float]:
+    """Each model's floor in pp (:func:`floor_pp`): what study 1's and study 2's sections hold their effects
+    against."""
+    table = _table(stores, opts)
+    return {} if table is None else {str(m): float(v) for m, v in floor_pp(table).items()}
+
+
+def section(doc: Doc, stores: Mapping[str, list[ResultStore]], opts: ReportOptions):
+    table = _table(stores, opts)
+    if table is None:
         return None, []
-    table = floor_table(rows, level=opts.level, n_boot=opts.n_boot, seed=opts.seed)
     sec = Section(NAME, "Numerics: the noise floor")
     L = f"{int(opts.level * 100)} %"
     trows = []
@@ -60,9 +71,8 @@ def section(doc: Doc, stores: Mapping[str, list[ResultStore]], opts: ReportOptio
                             note=f"[{L} intervals: Wilson for the flip rate, bootstrap over questions for the paired "
                                  "accuracy change; McNemar's exact test.] A flip: the cell's chosen option (or, "
                                  "uncovered, its raw output) differs. Margin: the reference's top-2 option-logit gap."))
-    floors = floor_pp(table)
     effects, how = [], []
-    for model, floor in floors.items():
+    for model, floor in floor_pp(table).items():
         doc.put(metric_key(NAME, model, "floor_pp"), floor)
         for ds, value, label in _effects(doc, model):
             inside = abs(value) <= floor

@@ -113,6 +113,7 @@ STUDY = register(Study(
     report_stages=(STORE,),
     errors={UnknownAlternative: str},
     report_absent=report.absent,
+    report_floors=report.floors,
     default_model="zoo-smollm2-good",
     default_dataset="easy-vqa",
 ))

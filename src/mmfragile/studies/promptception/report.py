@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from mmfragile.report.build import (Cell, Doc, Paragraph, ReportOptions, Section, Table, add_figure, boot_ratio,
-                                    boot_weights, budget_block, distribution_figure, finite, interval, metric_key,
-                                    model_labels, of_group, of_groups, outcome_matrix, ranking_tables, stats_row,
-                                    store_rows, txt, variant_statistics)
+                                    boot_weights, budget_block, distribution_figure, finite, floor_block, interval,
+                                    metric_key, model_labels, of_group, of_groups, outcome_matrix, ranking_tables,
+                                    stats_row, store_rows, txt, variant_statistics)
 from mmfragile.store import ResultStore
 from mmfragile.studies.promptception.extraction import read_answers
 
@@ -93,7 +93,7 @@ def _scores_block(doc: Doc, sec: Section, rc: pd.DataFrame, acc: pd.DataFrame, c
     from mmfragile.studies.promptception import metrics as pm
 
     base, tm = pm.baseline_accuracy(acc), pm.trimmed_means(acc)
-    rows, dist_groups, how = [], [], []
+    rows, dist_groups, how, floors = [], [], [], []
     for m, ds in complete:
         b_val = float(of_group(base, m, ds, "benchmark")["baseline"].iloc[0])
         t_val = float(of_group(tm, m, ds, "benchmark")["trimmed_mean"].iloc[0])
@@ -102,12 +102,15 @@ def _scores_block(doc: Doc, sec: Section, rc: pd.DataFrame, acc: pd.DataFrame, c
         rows.append(row)
         dist_groups.append({"label": f"{m}\n{ds}", "values": values, "standard": b_val})
         how.append(h)
+        floors.append((m, ds, values, h))
     sec.blocks.append(Table(doc.uid("prompts-scores"), "Accuracy (%): base prompt beside the distribution over prompts",
                             ["model", "benchmark", "questions", "prompts", "base prompt (1.1)", "trimmed mean (10 %)",
                              "mean", "median", "IQR", "worst 5 %", "spread (max-min)", "best prompt", "worst prompt"],
                             rows, note=f"[{int(level * 100)} % bootstrap interval over questions, {n_boot} draws, seed "
                                        f"{seed}.] Unresolved answers count as wrong (App. E); refusals are left out "
                                        "only for stores run with exclude_refusals."))
+    for m, ds, values, h in floors:
+        floor_block(doc, sec, "prompts", m, ds, "prompt", h["prompt_ids"], values, h)
     add_figure(doc, sec, "prompts-distribution", "Accuracy over prompts",
                lambda: distribution_figure(dist_groups, "accuracy (%)", "Accuracy over the prompt types (one dot per "
                                            "prompt)", "base prompt 1.1"))
@@ -147,7 +150,8 @@ def _scores_row(doc: Doc, m: str, ds: str, a: pd.DataFrame, g: pd.DataFrame, b_v
         doc.put(f"{prefix}/{k}", point[k])
     how = {"kind": "prompts", "grid": True, "unit": "prompt", "standard_label": "base prompt (1.1)",
            "standard_key": f"{prefix}/baseline", "trimmed_mean": True,
-           "model": m, "dataset": ds, "prefix": prefix, "n_variants": len(pids), "best_name": pids[ibest]}
+           "model": m, "dataset": ds, "prefix": prefix, "n_variants": len(pids), "best_name": pids[ibest],
+           "prompt_ids": pids}
     return row, a["accuracy"].to_numpy(), how
 
 
