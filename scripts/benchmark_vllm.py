@@ -35,8 +35,11 @@ REPO = Path(__file__).resolve().parents[1]
 BACKENDS = {  # name: (description, load_model backend, run_items mode, extra load kwargs)
     "hf-generate": ("HF batched generate", "hf", "generate", {}),
     "hf-engine": ("HF prefix-sharing engine", "hf", "engine", {}),
-    "vllm-cache": ("vLLM, prefix caching on", "vllm", "auto", {"enable_prefix_caching": True, "disable_log_stats": False}),
-    "vllm-nocache": ("vLLM, prefix caching off", "vllm", "auto", {"enable_prefix_caching": False, "disable_log_stats": False}),
+    # vLLM keeps its stats (the prefix-cache counters MFU needs) only with disable_log_stats=False
+    "vllm-cache": ("vLLM, prefix caching on", "vllm", "auto",
+                   {"enable_prefix_caching": True, "disable_log_stats": False}),
+    "vllm-nocache": ("vLLM, prefix caching off", "vllm", "auto",
+                     {"enable_prefix_caching": False, "disable_log_stats": False}),
 }
 
 

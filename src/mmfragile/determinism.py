@@ -7,10 +7,11 @@ numpy, scipy and statsmodels compute the analyses with (``OPENBLAS_CORETYPE``, `
 model's coefficients moved in their 13th digit between machines), the thread count (how reductions split) and
 non-deterministic algorithms. With ``MMFRAGILE_DETERMINISTIC=1`` (``mmfragile --deterministic ...`` sets it) the
 ISA is pinned to AVX2 - the level every x86-64 machine of the last decade has - MKL to its strict AVX2 path and
-oneDNN to AVX2 and OpenBLAS to its Haswell (AVX2) kernels on one thread, before torch and numpy are imported, for this process and every process it starts (papermill kernels, Ray
-workers, shards), and torch uses deterministic algorithms. Under MKL's strict reproducibility the thread count no
-longer changes a bit (measured: 1 and 2 threads give bit-equal stores), so it is left as it is. Measured cost and
-what it fixes: docs/numerics.md.
+oneDNN to AVX2 and OpenBLAS to its Haswell (AVX2) kernels on one thread, before torch and numpy are imported,
+for this process and every process it starts (papermill kernels, Ray workers, shards), and torch uses
+deterministic algorithms. Under MKL's strict reproducibility torch's thread count no longer changes a bit
+(measured: 1 and 2 threads give bit-equal stores), so it is left as it is. Measured cost and what it fixes:
+docs/numerics.md.
 """
 from __future__ import annotations
 

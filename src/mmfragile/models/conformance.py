@@ -152,9 +152,9 @@ def check_engine(model, max_new_tokens: int = 4) -> Check:
 def engine_agreement(model, max_new_tokens: int = 4) -> dict:
     """The engine against batched ``generate`` + ``option_logits`` in the model's own dtype, measured rather than
     asserted (bfloat16 is not exact across kernel shapes): over :func:`engine_variants` of three 1-image and two
-    2-image questions (30 prompts), how many greedy answers of ``max_new_tokens`` differ (``flips`` of ``prompts``), how many first
-    tokens differ, and the max |delta option logit|. ``None`` where the engine refuses the family (the reason in
-    ``refused``)."""
+    2-image questions (30 prompts), how many greedy answers of ``max_new_tokens`` differ (``flips`` of
+    ``prompts``), how many first tokens differ, and the max |delta option logit|; only ``refused`` (the reason)
+    where the engine refuses the family."""
     from mmfragile.engine import EngineInexact, PrefixSharingEngine
 
     try:
