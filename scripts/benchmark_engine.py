@@ -36,6 +36,8 @@ from itertools import groupby
 
 import torch
 
+from mmfragile.studies.format_bias.prompts import exact_match_score
+
 
 class PeakRSS:
     """Peak resident memory (MiB) above the level at start, sampled every 5 ms (CPU); CUDA peak on GPU."""
@@ -106,7 +108,8 @@ def run(model, items, batch_sizes, naive: bool) -> dict:
             model.batch_size = bs  # batched generate's; the engine sizes its tail batches from free memory
             with PeakRSS() as mem:
                 t = time.perf_counter()
-                res = run_items(model, items, ResultStore(f"{tmp}/{len(out)}"), mode=mode, batch_size=bs,
+                res = run_items(model, items, ResultStore(f"{tmp}/{len(out)}"), exact_match_score, mode=mode,
+                                batch_size=bs,
                                 progress=False)
                 dt = time.perf_counter() - t
             out[label] = {"seconds": dt, "prompts_per_s": len(items) / dt, "mib": mem.mib,
@@ -172,7 +175,8 @@ def high_res_worker(a) -> dict:
         res = {}
         for mode, subset in (("engine", items), ("generate", items[:a.generate_prompts or len(items)])):
             t = time.perf_counter()
-            df = run_items(model, subset, ResultStore(f"{tmp}/{mode}"), mode=mode, batch_size=16, progress=False)
+            df = run_items(model, subset, ResultStore(f"{tmp}/{mode}"), exact_match_score, mode=mode, batch_size=16,
+                           progress=False)
             res[mode] = {"seconds": time.perf_counter() - t, "prompts": len(subset), "peak_mib": peak_rss_mib(),
                          "raw": dict(zip(df.variant, df.raw_output))}
         same = [res["engine"]["raw"][v] == r for v, r in res["generate"]["raw"].items()]

@@ -51,6 +51,7 @@ def worker(a) -> None:
     from mmfragile.api import load_dataset, load_model
     from mmfragile.data.synthetic import benchmark_questions
     from mmfragile.runner import run_items
+    from mmfragile.studies.format_bias.prompts import exact_match_score
     from mmfragile.models.base import Prompt
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.studies.format_bias.prompts import all_formats
@@ -71,7 +72,8 @@ def worker(a) -> None:
         engines = _record_engines()
         before = _cache_counters(model)
         t = time.perf_counter()
-        res = run_items(model, items, ResultStore(f"{tmp}/store"), mode=mode, batch_size=a.batch_size, progress=False)
+        res = run_items(model, items, ResultStore(f"{tmp}/store"), exact_match_score, mode=mode,
+                        batch_size=a.batch_size, progress=False)
         seconds = time.perf_counter() - t
         computed = _computed_tokens(model, mode, items, engines, before)
     res = res.sort_values(["question_id", "variant"])

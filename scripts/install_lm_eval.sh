@@ -27,6 +27,6 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
 # smoke: lm-eval's CLI and its hf model class import beside mmfragile's scoring
-"$VENV/bin/python" -c "import lm_eval.models.huggingface, mmfragile.extraction" \
+"$VENV/bin/python" -c "import lm_eval.models.huggingface, mmfragile.harness.common" \
     || { echo "install_lm_eval.sh: $VENV does not import lm_eval's hf model + mmfragile" >&2; exit 1; }
 echo "install_lm_eval.sh: $VENV ready"

@@ -26,6 +26,6 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
 # smoke: lmms-eval's CLI and llava_hf import beside mmfragile's scoring
-"$VENV/bin/python" -c "import lmms_eval.models.simple.llava_hf, mmfragile.extraction" \
+"$VENV/bin/python" -c "import lmms_eval.models.simple.llava_hf, mmfragile.harness.common" \
     || { echo "install_lmms_eval.sh: $VENV does not import lmms_eval's llava_hf + mmfragile" >&2; exit 1; }
 echo "install_lmms_eval.sh: $VENV ready"

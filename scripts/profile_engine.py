@@ -111,6 +111,7 @@ def main() -> None:
     from mmfragile.data.synthetic import benchmark_questions
     from mmfragile.models.base import Prompt
     from mmfragile.runner import run_items
+    from mmfragile.studies.format_bias.prompts import exact_match_score
     from mmfragile.store import ResultStore
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.studies.format_bias.prompts import all_formats
@@ -128,7 +129,8 @@ def main() -> None:
         model.generate([Prompt("Warm-up: say one word.")], 2)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             t = time.perf_counter()
-            run_items(model, items, ResultStore(f"{tmp}/store"), mode=a.mode, batch_size=a.batch_size,
+            run_items(model, items, ResultStore(f"{tmp}/store"), exact_match_score, mode=a.mode,
+                      batch_size=a.batch_size,
                       progress=False)
             wall = time.perf_counter() - t
     parts = split(prof.events(), wall * 1e6)

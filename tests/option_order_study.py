@@ -10,7 +10,7 @@ import pandas as pd
 from mmfragile.budget import first_rows, merge_outcomes, rows_with_position
 from mmfragile.budget.estimator import GridSpec, Term
 from mmfragile.report.build import Doc, ReportOptions, Section, Table, metric_key, read_stores, txt
-from mmfragile.runner import exact_match_score
+from mmfragile.studies.format_bias.prompts import exact_match_score
 from mmfragile.store import ResultStore
 from mmfragile.study import BudgetGrid, Param, RunContext, Stage, Study, register
 from mmfragile.studies.format_bias.items import format_bias_items

@@ -1,7 +1,8 @@
-"""A small grid of every study, run through the public API into result stores - the regression reference of the
-study runner (issue 19). ``tests/data/regression/*.parquet`` were written by this module with the code *before*
-the runner was unified (commit "Regression reference rows ..."); ``tests/test_regression.py`` runs it again and
-compares every stored row.
+"""A small grid of every study, run through :func:`mmfragile.study.run_study` into result stores - the regression
+reference of the study runner. ``tests/data/regression/*.parquet`` were written by this module with the code
+before the runner was unified (issue 19), through the studies' own wrappers; since those went (issue 36) the grid
+runs through ``run_study``, and every row it stores equals them (float columns to 1e-7: the same data, batched
+alike). ``tests/test_regression.py`` runs it again and compares every stored row.
 
     python tests/regression_grid.py tests/data/regression     # rewrite the reference (only on purpose!)
 
@@ -25,43 +26,31 @@ TABLES = ("formats", "cp_ln", "promptception", "judge_scores", "judge_pairwise",
 
 
 def build(out: str | Path, model=None) -> dict[str, pd.DataFrame]:
-    """Run the grid into stores under ``out/stores`` and return one table per entry of :data:`TABLES`."""
+    """Run the grid into stores under ``out/stores`` through :func:`mmfragile.study.run_study` - the one run path
+    the CLI and the notebooks take - and return one table per entry of :data:`TABLES`."""
     from mmfragile.api import load_dataset, load_model
     from mmfragile.studies.judgebias.data import make_judge_set
-    from mmfragile.store import ResultStore
-    from mmfragile.studies import format_bias as fbs
-    from mmfragile.studies import judgebias as jb
+    from mmfragile.studies.judgebias.items import SELFGEN_DATASET
     from mmfragile.study import run_study
 
     out = Path(out)
     model = model or load_model("tiny-vlm")
-    tables: dict[str, pd.DataFrame] = {}
-
     qs = load_dataset("synthetic-vqa", n=None)
     fb_q = pd.concat([qs[qs.modality == m].head(1) for m in ("image", "multi-image", "video", "text")])
-    store = ResultStore(out / "stores" / "formats", config={"study": "format-bias"})
-    tables["formats"], _ = fbs.run_format_bias(model, fb_q, store, formats=FORMATS, n_frames=3, progress=False)
-    cp = ResultStore(out / "stores" / "cp_ln", config={"study": "format-bias-cp-ln"})
-    tables["cp_ln"] = fbs.run_cp_ln(model, fb_q, cp, n_frames=3, progress=False)
-
+    fb = run_study("format-bias", model, fb_q, out=out / "stores" / "formats", formats=list(FORMATS), n_frames=3,
+                   cp_ln=True, progress=False)
     pc = run_study("promptception", model, "synthetic-vqa", n=4, out=out / "stores" / "promptception",
                    prompt_ids=list(PROMPT_IDS), max_new_tokens=6, n_frames=3, match_text=True, batch_size=8,
                    progress=False)
-    tables["promptception"] = pc.table()
-
     samples = make_judge_set(2, 0, out / "judge" / "data", n_text=1)
-    conditions = jb.build_judge_conditions(samples, PERTURBATIONS, 0, out / "judge" / "audit")
-    scores, pairs = jb.open_stores(out / "stores" / "judge", jb.store_config(seed=0))
-    gen = dict(runs=2, max_new_tokens=6, batch_size=8, progress=False)
-    jb.run_judge(model, conditions, scores, **gen)
-    tables["judge_scores"] = scores.read()
-    jb.run_pairwise(model, jb.position_pairs(samples) + jb.verbosity_pairs(samples, seed=0), pairs, **gen)
-    tables["judge_pairwise"] = pairs.read()
-    responses = ResultStore(out / "stores" / "judge_responses", config={"study": "judgebias", "kind": "responses"})
-    selfgen = jb.generate_responses(model, samples, responses, max_new_tokens=6) + jb.reference_responses(samples)
-    sg = ResultStore(out / "stores" / "judge_selfgen", config={"study": "judgebias", "kind": "selfgen"})
-    jb.run_judge(model, [("original", s) for s in selfgen], sg, **gen)
-    tables["judge_selfgen"] = sg.read()
+    jb = run_study("judge", model, samples, out=out / "stores" / "judge", perturbations=list(PERTURBATIONS),
+                   runs=2, max_new_tokens=6, batch_size=8, pairwise=True, pairwise_max_new_tokens=6,
+                   self_generators=[], generator_max_new_tokens=6, progress=False)
+    scores = jb.table("scores")   # the judge's scores of the self-generated responses share the score store
+    selfgen = scores["dataset"] == SELFGEN_DATASET
+    tables = {"formats": fb.table("grid"), "cp_ln": fb.table("cp_ln"), "promptception": pc.table(),
+              "judge_scores": scores[~selfgen], "judge_pairwise": jb.table("pairwise"),
+              "judge_selfgen": scores[selfgen]}
     return {k: v.sort_values(KEY).reset_index(drop=True) for k, v in tables.items()}
 
 

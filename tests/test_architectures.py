@@ -22,6 +22,7 @@ from mmfragile.models.adapters import EngineInexact
 from mmfragile.models.base import Prompt
 from mmfragile.models.conformance import CHECKS, engine_variants, mixed_prompts, sample_images
 from mmfragile.models.tiny import FAMILIES, build_tiny
+from mmfragile.studies.format_bias.prompts import exact_match_score
 
 #: the engine refuses these families, with these reasons (anything else must be exact)
 ENGINE_REFUSES = {"paligemma": "bidirectionally over the whole prompt"}
@@ -87,6 +88,7 @@ def test_study_item_builders_run_on_every_family(family_model, tmp_path):
 
     from mmfragile.runner import run_items
 
+
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.studies.format_bias.prompts import PromptFormat
     from mmfragile.studies.judgebias.prompts import score_prompt
@@ -104,7 +106,7 @@ def test_study_item_builders_run_on_every_family(family_model, tmp_path):
     items = format_bias_items(model, qs, formats=fmts, include_standard=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = run_items(model, items, ResultStore(tmp_path / "fb"), progress=False)
+        res = run_items(model, items, ResultStore(tmp_path / "fb"), exact_match_score, progress=False)
     assert len(res) == len(items) == 2 * 3 and res.covered.notna().all()
     assert res.option_logits.map(len).eq(3).all()  # engine or fallback: logits stored for every row
     pc = promptception_items(model, qs, prompt_ids=["1.1", "5.2"], max_new_tokens=4)
@@ -126,10 +128,11 @@ def test_engine_refusal_falls_back_to_exact_generate_with_a_warning(tmp_path_fac
     items = [EvalItem({"dataset": "d", "question_id": "q", "variant": str(i)}, p, ["A", "B"], "A", 2)
              for i, p in enumerate(ps)]
     with pytest.warns(UserWarning, match="engine not used"):
-        res = run_items(model, items, ResultStore(tmp_path_factory.mktemp("pg")), progress=False)
+        res = run_items(model, items, ResultStore(tmp_path_factory.mktemp("pg")), exact_match_score, progress=False)
     assert res.sort_values("variant").raw_output.tolist() == model.generate(ps, max_new_tokens=2)
     with pytest.raises(EngineInexact):
-        run_items(model, items, ResultStore(tmp_path_factory.mktemp("pg2")), mode="engine", progress=False)
+        run_items(model, items, ResultStore(tmp_path_factory.mktemp("pg2")), exact_match_score, mode="engine",
+                  progress=False)
 
 
 def test_engine_refuses_rows_beyond_a_sliding_window(tmp_path_factory):
@@ -221,10 +224,11 @@ def test_image_policy_caps_large_images_and_is_pinned_in_the_store(tmp_path_fact
     store = ResultStore(tmp_path / "s", config={"study": "t"})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run_items(capped, items, store, progress=False)
+        run_items(capped, items, store, exact_match_score, progress=False)
     assert ResultStore(tmp_path / "s").config["run_info"]["image_policy"][capped.name]["max_pixels"] == 512 * 512
     with pytest.raises(ConfigMismatch, match="image_policy"):
-        run_items(load_model(path), items, ResultStore(tmp_path / "s", config={"study": "t"}), progress=False)
+        run_items(load_model(path), items, ResultStore(tmp_path / "s", config={"study": "t"}), exact_match_score,
+                  progress=False)
 
 
 def test_engine_splices_variant_texts_onto_one_processor_call(family_model):

@@ -14,7 +14,7 @@ from mmfragile.data import loaders
 from mmfragile.data.loaders import load_dataset, load_hrbench, load_mmbench, skipped_rows
 from mmfragile.studies.format_bias.items import format_bias_items
 from mmfragile.studies.format_bias.prompts import NoStandardFormat, PromptFormat
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 ONE_FORMAT = [PromptFormat("lowercase", "bracket", "comma")]
 
@@ -134,7 +134,7 @@ def test_format_bias_items_without_a_standard_format_names_what_to_pass(tmp_path
     msg = str(e.value)
     assert isinstance(e.value, ValueError) and e.value.datasets == ["mine"]
     assert msg.startswith("no standard prompt format for dataset 'mine'; known: ['A-OKVQA'")
-    for needed in ("standard='uppercase-dot-line_break'", "include_standard=False", "run_format_bias",
+    for needed in ("standard='uppercase-dot-line_break'", "include_standard=False", "run_study",
                    "--standard-format", "'standard_format' column"):
         assert needed in msg
     # a DataFrame with its own dataset name, next to a known one: only the unknown one is named
@@ -158,17 +158,18 @@ def test_format_bias_items_without_a_standard_format_names_what_to_pass(tmp_path
         format_bias_items(tiny_vlm, qs, formats=ONE_FORMAT, standard="upper")
 
 
-def test_run_format_bias_and_cli_without_a_standard_format(tmp_path, tiny_vlm, monkeypatch, capsys):
+def test_run_study_and_cli_without_a_standard_format(tmp_path, tiny_vlm, monkeypatch, capsys):
     from mmfragile import cli
     from mmfragile.models.spec import ModelSpec
     from mmfragile.store import ResultStore
-    from mmfragile.studies.format_bias import run_format_bias
+    from mmfragile.study import run_study
 
     spec = _generic(tmp_path)
     qs = load_dataset(spec)
     with pytest.raises(NoStandardFormat, match="--standard-format"):
-        run_format_bias(tiny_vlm, qs, ResultStore(tmp_path / "api", {"study": "x"}), formats=ONE_FORMAT,
-                        progress=False)
+        run_study("format-bias", tiny_vlm, qs, out=tmp_path / "api", formats=[f.name for f in ONE_FORMAT],
+                  progress=False)
+    assert not (tmp_path / "api" / "parts").exists()   # refused before any row ran
     monkeypatch.setattr(ModelSpec, "load", lambda spec: pytest.fail("no model is loaded for a doomed run"))
     args = ["formats", "--model", "tiny-vlm", "--dataset", spec, "--formats", ONE_FORMAT[0].name, "--quiet"]
     assert cli.main(args + ["--out", str(tmp_path / "run")]) == 2

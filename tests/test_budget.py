@@ -13,7 +13,8 @@ import scipy.sparse as sp
 
 from mmfragile.budget import estimator as bd
 from mmfragile.budget import validation as bv
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
+from mmfragile.studies.format_bias.prompts import exact_match_score
 from mmfragile.studies.format_bias.budget import FORMAT_BIAS
 from mmfragile.studies.format_bias.budget import cells as format_bias_cells
 from mmfragile.studies.format_bias.budget import simulate_published as simulate_format_grid
@@ -223,15 +224,16 @@ def test_budgeted_run_is_resumable_and_budgets_nest(tiny_vlm, tiny_items, tmp_pa
 
     spec = FORMAT_BIAS
     full = ResultStore(tmp_path / "a", config={"study": "format-bias"})
-    run_budgeted(tiny_vlm, tiny_items, full, spec, 0.1, seed=2, progress=False)
+    run_budgeted(tiny_vlm, tiny_items, full, spec, 0.1, score_fn=exact_match_score, seed=2, progress=False)
     want = _done(full, tiny_items, tiny_vlm.name)
     assert len(want) == bd.budget_size(len(tiny_items), 0.1)
     killed = ResultStore(tmp_path / "b", config={"study": "format-bias"})
-    run_budgeted(tiny_vlm, tiny_items, killed, spec, 0.1, seed=2, progress=False, stop_after=10, flush_every=5)
+    run_budgeted(tiny_vlm, tiny_items, killed, spec, 0.1, score_fn=exact_match_score, seed=2, progress=False,
+                 stop_after=10, flush_every=5)
     assert 0 < len(killed) < len(want)
-    run_budgeted(tiny_vlm, tiny_items, killed, spec, 0.1, seed=2, progress=False)
+    run_budgeted(tiny_vlm, tiny_items, killed, spec, 0.1, score_fn=exact_match_score, seed=2, progress=False)
     assert _done(killed, tiny_items, tiny_vlm.name) == want
-    run_budgeted(tiny_vlm, tiny_items, full, spec, 0.2, seed=2, progress=False)
+    run_budgeted(tiny_vlm, tiny_items, full, spec, 0.2, score_fn=exact_match_score, seed=2, progress=False)
     more = _done(full, tiny_items, tiny_vlm.name)
     assert want < more and len(more) == bd.budget_size(len(tiny_items), 0.2)
 
@@ -244,7 +246,8 @@ def test_adaptive_run_depends_only_on_store_and_seed(tiny_vlm, tiny_items, tmp_p
     sets = []
     for name in ("x", "y"):
         st = ResultStore(tmp_path / name, config={"study": "format-bias"})
-        run_budgeted(tiny_vlm, tiny_items, st, spec, 0.12, seed=5, adaptive=True, batch=8, progress=False)
+        run_budgeted(tiny_vlm, tiny_items, st, spec, 0.12, score_fn=exact_match_score, seed=5, adaptive=True,
+                     batch=8, progress=False)
         sets.append(_done(st, tiny_items, tiny_vlm.name))
     assert sets[0] == sets[1] and len(sets[0]) == bd.budget_size(len(tiny_items), 0.12)
     # the store alone rebuilds the same grid as the items (answer positions from option IDs and shifts)

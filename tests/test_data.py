@@ -14,7 +14,8 @@ from mmfragile.data.easyvqa import load_easy_vqa
 from mmfragile.data.loaders import (load_aokvqa, load_dataset, load_generic, load_mmbench, load_mmstar, load_vstar,
                                     parse_inline_options)
 from mmfragile.data.synthetic import make_synthetic_vqa
-from mmfragile.schema import QUESTION_COLUMNS, DataError
+from mmfragile.errors import DataError
+from mmfragile.schema import QUESTION_COLUMNS
 
 
 def _png_bytes(colour=(255, 0, 0), size=(8, 8)) -> bytes:

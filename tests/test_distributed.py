@@ -17,6 +17,7 @@ from mmfragile.api import load_dataset  # noqa: E402
 from mmfragile.distributed import init_ray, run_on_ray  # noqa: E402
 from mmfragile.study import StageTask  # noqa: E402
 from mmfragile.runner import run_items
+from mmfragile.studies.format_bias.prompts import exact_match_score
 from mmfragile.studies.format_bias.items import format_bias_items  # noqa: E402
 from mmfragile.faults import KILL_EXIT_CODE  # noqa: E402
 from mmfragile.studies.format_bias.prompts import PromptFormat  # noqa: E402
@@ -42,7 +43,7 @@ def reference(tiny_vlm):
     qs = load_dataset("synthetic-image", n=N)
     items = format_bias_items(tiny_vlm, qs, formats=[PromptFormat.from_name(f) for f in FORMATS])
     with tempfile.TemporaryDirectory() as d:
-        return run_items(tiny_vlm, items, ResultStore(d), batch_size=8, progress=False)
+        return run_items(tiny_vlm, items, ResultStore(d), exact_match_score, batch_size=8, progress=False)
 
 
 def _same_table(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -55,7 +56,7 @@ def _same_table(a: pd.DataFrame, b: pd.DataFrame) -> None:
 
 
 def _store(root):
-    return ResultStore(root, config=fbs.run_config("tiny-vlm", "synthetic-image", N, FORMATS))
+    return fbs.STUDY.stage_store(root, "grid", fbs.run_config("tiny-vlm", "synthetic-image", N, FORMATS))
 
 
 def _task():

@@ -12,6 +12,7 @@ from mmfragile.engine import PrefixSharingEngine, _common_prefix_len
 from mmfragile.models.conformance import engine_variants, sample_images
 from mmfragile.models.tiny import REAL_PROCESSOR_FAMILIES, build_tiny
 from mmfragile.runner import run_items
+from mmfragile.studies.format_bias.prompts import exact_match_score
 from mmfragile.studies.format_bias.items import format_bias_items
 from mmfragile.studies.format_bias.prompts import all_formats
 from mmfragile.store import ResultStore
@@ -27,8 +28,10 @@ def test_engine_equals_greedy_generation_on_format_grid(tiny_vlm, synthetic, tmp
     qs = synthetic[synthetic.category.isin(["count", "text", "multi-image"])].groupby("category").head(2)
     fmts = [f for f in all_formats() if f.delimiter in ("dot", "double_brackets") and f.separator != "semicolon"]
     items = format_bias_items(tiny_vlm, qs, formats=fmts)
-    eng = run_items(tiny_vlm, items, ResultStore(tmp_path / "e"), mode="engine", progress=False, batch_size=7)
-    gen = run_items(tiny_vlm, items, ResultStore(tmp_path / "g"), mode="generate", progress=False, batch_size=5)
+    eng = run_items(tiny_vlm, items, ResultStore(tmp_path / "e"), exact_match_score, mode="engine", progress=False,
+                    batch_size=7)
+    gen = run_items(tiny_vlm, items, ResultStore(tmp_path / "g"), exact_match_score, mode="generate", progress=False,
+                    batch_size=5)
     key = ["question_id", "variant"]
     eng, gen = eng.sort_values(key).reset_index(drop=True), gen.sort_values(key).reset_index(drop=True)
     assert len(eng) == len(items) == len(gen)

@@ -5,11 +5,10 @@ import re
 
 import pytest
 
-from mmfragile.extraction import (
+from mmfragile.studies.promptception.answers import (
     ExtractionResult,
     build_extraction_prompt,
     extract_answer,
-    extract_answers,
     extract_letter_model,
     extract_letter_regex,
     is_refusal,
@@ -278,21 +277,17 @@ def test_extract_answer_with_added_options():
     assert "G. I’ll answer later" in m.prompts[-1].text
 
 
-def test_extract_answers_batches_and_matches_single_calls():
+def test_extract_answer_stages_of_mixed_responses():
+    """Many responses run as the Promptception extraction stage (batched; test_promptception_extraction checks it
+    gives these same results); one by one, each lands in its stage."""
     responses = ["B", "The picture is all about perspective.", "The sky is blue.", "I'm sorry, I can't.",
                  "shape, clearly", "Answer: E"]
-    m = FakeMLLM()
-    batch = extract_answers(responses, [Q] * 6, [ABCD] * 6, model=m, batch_size=2)
-    single = [extract_answer(r, Q, ABCD, model=FakeMLLM()) for r in responses]
-    assert batch == single
-    assert [r.stage for r in batch] == ["regex", "model", "failed", "refusal", "model", "failed"]
-    assert m.calls == 2  # 4 stage-2 prompts in batches of 2
-    with pytest.raises(ValueError):
-        extract_answers(["A"], [Q, Q], [ABCD])
+    got = [extract_answer(r, Q, ABCD, model=FakeMLLM()) for r in responses]
+    assert [r.stage for r in got] == ["regex", "model", "failed", "refusal", "model", "failed"]
 
 
 # --- optional option-text matching (VLMEvalKit's can_infer_text), off by default -------------------------
-from mmfragile.extraction import match_option_text  # noqa: E402
+from mmfragile.studies.promptception.answers import match_option_text  # noqa: E402
 
 
 @pytest.mark.parametrize("response,expected", [

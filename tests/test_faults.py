@@ -181,6 +181,7 @@ class _CountingModel(MLLM):
 
 def test_run_items_resumes_after_a_full_disk_with_every_row_once(tmp_path, monkeypatch):
     from mmfragile.runner import EvalItem, run_items
+    from mmfragile.studies.format_bias.prompts import exact_match_score
 
     items = [EvalItem(key={"dataset": "d", "question_id": str(i), "variant": "v"}, prompt=Prompt(text=f"q{i}"),
                       option_ids=["A", "B"], answer_id="A" if i % 2 else "B") for i in range(12)]
@@ -189,7 +190,8 @@ def test_run_items_resumes_after_a_full_disk_with_every_row_once(tmp_path, monke
     # write 1 = the manifest, 2 = the first flush (4 rows), 3 = the second flush: the disk is full from there on
     monkeypatch.setenv("MMFRAGILE_FAIL_AT", "store.write:3+:ENOSPC")
     with pytest.raises(StoreDiskFull, match=f"{root}.*disk full"):
-        run_items(model, items, ResultStore(root, config={"study": "t"}, compact_fanout=0), mode="generate",
+        run_items(model, items, ResultStore(root, config={"study": "t"}, compact_fanout=0), exact_match_score,
+                  mode="generate",
                   batch_size=4, flush_every=4, progress=False)
     assert _leftovers(root) == []
     partial = ResultStore(root).read()
@@ -198,7 +200,8 @@ def test_run_items_resumes_after_a_full_disk_with_every_row_once(tmp_path, monke
     model.seen.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        df = run_items(model, items, ResultStore(root, config={"study": "t"}, compact_fanout=0), mode="generate",
+        df = run_items(model, items, ResultStore(root, config={"study": "t"}, compact_fanout=0), exact_match_score,
+                       mode="generate",
                        batch_size=4, flush_every=4, progress=False)
     assert sorted(model.seen) == sorted(f"q{i}" for i in range(4, 12))   # only what was not stored
     assert sorted(df.question_id.astype(int)) == list(range(12)) and not df.duplicated(KEY).any()

@@ -11,7 +11,7 @@ import pytest
 
 from mmfragile.studies.format_bias import metrics as fb
 from mmfragile.studies.format_bias import mitigation as mit
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 from mmfragile.store import ResultStore
 from mmfragile.studies import format_bias as fbs
 
@@ -73,15 +73,15 @@ def test_adapter_renames_and_separates_the_standard_rows():
 
 def test_load_runs_reads_every_grid_store_and_not_the_cp_ln_store(tmp_path):
     for model in ("m1", "m2"):
-        st = ResultStore(fbs.store_dir(tmp_path, model, "syn"), config=fbs.run_config(model, "syn", 2))
+        st = fbs.STUDY.stage_store(fbs.STUDY.folder(tmp_path, model, "syn"), "grid", fbs.run_config(model, "syn", 2))
         rows = _run_rows(model=model).to_dict("records")
         st.append(rows[:5])
         st.append(rows[5:])
-    cp = ResultStore(fbs.store_dir(tmp_path, "m1", "syn", "cp_ln"),
-                     config=fbs.run_config("m1", "syn", 2, stage="cp_ln"))
+    cp = fbs.STUDY.stage_store(tmp_path / "m1" / "syn", "cp_ln", fbs.run_config("m1", "syn", 2, stage="cp_ln"))
     cp.append([dict(model="m1", dataset="d", question_id="q0", variant=str(k), option=k, logprob=-1.0 - k,
                     n_tokens=1, answer=0, n_options=3) for k in range(3)])
-    assert fbs.store_dir(tmp_path, "m1", "syn") == tmp_path / "m1" / "syn"
+    assert fbs.STUDY.folder(tmp_path, "m1", "syn") == tmp_path / "m1" / "syn"
+    assert (cp.config["study"], cp.config["stage"]) == ("format-bias", "cp_ln")
     assert cp.root == tmp_path / "m1" / "syn" / "cp_ln"
     runs = fbs.load_runs(tmp_path)
     n = len(_run_rows())
@@ -173,12 +173,17 @@ def test_table7_reproduces_the_published_footer():
 
 
 # ------------------------------------------------------------------------------------------ CP-LN on a model
-def test_run_cp_ln_picks_the_length_normalised_argmax_and_resumes(tiny_vlm, synthetic, tmp_path):
+def test_cp_ln_stage_picks_the_length_normalised_argmax_and_resumes(tiny_vlm, synthetic, tmp_path):
     from mmfragile.studies.format_bias.prompts import build_cloze_prompt
+    from mmfragile.study import run_study
 
     qs = synthetic[synthetic.modality == "image"].head(2).reset_index(drop=True)
-    store = ResultStore(tmp_path / "cp", config={"study": "format-bias", "stage": "cp_ln"})
-    cp = fbs.run_cp_ln(tiny_vlm, qs, store, batch_size=3, progress=False)
+
+    def cp_ln_run():
+        return run_study("format-bias", tiny_vlm, qs, out=tmp_path / "run", stages=["cp_ln"], cp_ln=True,
+                         batch_size=3, progress=False)
+
+    cp = cp_ln_run().table("cp_ln")
     assert len(cp) == sum(len(o) for o in qs.options)
     pred = fbs.cp_ln_predictions(cp).set_index("question_id")
     for rec in qs.to_dict("records"):
@@ -189,12 +194,11 @@ def test_run_cp_ln_picks_the_length_normalised_argmax_and_resumes(tiny_vlm, synt
         assert pred.loc[rec["question_id"], "answer"] == rec["answer"]
         stored = cp[cp.question_id == rec["question_id"]].sort_values("option")
         np.testing.assert_allclose(stored.logprob, [ll.logprob for ll in lls], rtol=1e-4, atol=1e-4)
-    parts = sorted((tmp_path / "cp" / "parts").glob("*.parquet"))
-    again = fbs.run_cp_ln(tiny_vlm, qs, ResultStore(tmp_path / "cp", config={"study": "format-bias", "stage": "cp_ln"}),
-                          progress=False)
-    assert len(again) == len(cp) and sorted((tmp_path / "cp" / "parts").glob("*.parquet")) == parts
-    # the wrapper runs the stage as run_study does: the model's identity pinned, its provenance recorded
-    info = ResultStore(tmp_path / "cp").config["run_info"]
+    parts = sorted((tmp_path / "run" / "cp_ln" / "parts").glob("*.parquet"))
+    again = cp_ln_run()
+    assert again.new_rows["cp_ln"] == 0 and len(again.table("cp_ln")) == len(cp)
+    assert sorted((tmp_path / "run" / "cp_ln" / "parts").glob("*.parquet")) == parts
+    info = ResultStore(tmp_path / "run" / "cp_ln").config["run_info"]
     assert info["provenance"]["tiny-vlm"]["model_spec"] == "tiny-vlm" and "tiny-vlm" in info["model_identity"]
     sc = fbs.cp_ln_scores(cp)
     assert sc.accuracy.iloc[0] == pytest.approx(100 * pred.correct.mean()) and sc.complexity.iloc[0] == len(cp)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from mmfragile.studies.format_bias import metrics as fb
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 
 def _rows(model, ds, fmt, items, **extra):

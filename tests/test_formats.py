@@ -1,4 +1,5 @@
 """Study 1 prompt formats (format-bias seed: Tab. 1, Tab. 3, Tab. 5, Sec. A.3, A.4, B.3)."""
+import pandas as pd
 import pytest
 
 from mmfragile.data import benchmarks
@@ -12,15 +13,15 @@ from mmfragile.studies.format_bias.prompts import (
     all_formats,
     build_cloze_prompt,
     build_mc_prompt,
-    circular_items,
     circular_shifts,
     max_new_tokens_for,
     score_exact_match,
-    score_outputs,
+    exact_match_score,
     shift_options,
     standard_format,
 )
-from mmfragile.schema import DataError, MCQuestion, questions_frame
+from mmfragile.errors import DataError
+from mmfragile.schema import MCQuestion, questions_frame
 
 PAPER = ("Select the best answer to the above multiple-choice question based on the image. "
          "Respond with only the {noun} (e.g., {ex}) of the correct option and no bracket, colon, or dot.")
@@ -211,12 +212,14 @@ def test_circular_shifts_and_shift_options():
         shift_options(opts, 0, 4)
 
 
-def test_circular_items_counts(q3, q5):
+def test_circular_evaluation_counts(q3, q5, tiny_vlm):
+    from mmfragile.studies.format_bias.items import format_bias_items
+
     q2 = MCQuestion("d", "q2", "Q?", ["yes", "no"], 1)
-    items = circular_items(questions_frame([q3, q5, q2]))
-    assert len(items) == 3 + 5 + 2  # N x O items (Tab. 5 "Circ. eval.")
-    assert items.groupby("question_id")["shift"].apply(list).to_dict() == {
-        "q3": [0, 1, 2], "q5": [0, 1, 2, 3, 4], "q2": [0, 1]}
+    items = format_bias_items(tiny_vlm, questions_frame([q3, q5, q2]), formats=[PromptFormat()], include_standard=False)
+    assert len(items) == 3 + 5 + 2  # N x O items of one format (Tab. 5 "Circ. eval.")
+    shifts = pd.DataFrame([it.key for it in items]).groupby("question_id")["shift"].apply(list).to_dict()
+    assert shifts == {"q3": [0, 1, 2], "q5": [0, 1, 2, 3, 4], "q2": [0, 1]}
 
 
 # ---------------------------------------------------------------- generation budget (A.4)
@@ -270,17 +273,16 @@ def test_score_exact_match_other_sets():
     assert score_exact_match("(3)", ["1", "2", "3"], "3") == (False, False, -1)
 
 
-def test_score_outputs_keeps_unparseable(q3):
-    f = PromptFormat()
-    prompts = [build_mc_prompt(q3, f, k) for k in circular_shifts(3)]  # answer ids B, A, C
-    df = score_outputs(["B", "A.", ""], prompts)
-    assert len(df) == 3
-    assert df["covered"].tolist() == [True, False, False]
-    assert df["correct"].tolist() == [True, False, False]
-    assert df["selected"].tolist() == [1, -1, -1]
-    assert df["answer"].tolist() == [1, 0, 2]
-    assert set(df[["option_ids", "delimiter", "separator"]].iloc[0]) == {"uppercase", "dot", "line_break"}
-    assert df["correct"].mean() == pytest.approx(1 / 3) and df["covered"].mean() == pytest.approx(1 / 3)
+def test_grid_score_keeps_unparseable(q3):
+    from types import SimpleNamespace
+
+    prompts = [build_mc_prompt(q3, PromptFormat(), k) for k in circular_shifts(3)]  # answer ids B, A, C
+    assert [p.answer for p in prompts] == [1, 0, 2]
+    rows = pd.DataFrame([exact_match_score(out, SimpleNamespace(option_ids=p.option_ids, answer_id=p.answer_id))
+                         for out, p in zip(["B", "A.", ""], prompts)])
+    assert rows["covered"].tolist() == [True, False, False]   # every output scored, none dropped
+    assert rows["correct"].tolist() == [True, False, False]
+    assert rows["selected_position"].tolist() == [1, -1, -1]
 
 
 def test_cloze_prompt(q3):

@@ -11,7 +11,7 @@ from PIL import Image
 
 from mmfragile.studies.judgebias.data import COLORS, MANIFEST_NAME, SHAPES, load_judge_dir, make_judge_set
 from mmfragile.studies.judgebias.perturbations import PERTURBATIONS, apply_perturbation, save_perturbed
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 
 def _png_bytes(d):
@@ -26,6 +26,7 @@ def test_make_judge_set_is_deterministic(tmp_path):
     assert [(s.sample_id, s.query, s.response, s.gold_score) for s in a] == \
            [(s.sample_id, s.query, s.response, s.gold_score) for s in b]
     assert [s.image.tobytes() if s.images else b"" for s in a] == [s.image.tobytes() if s.images else b"" for s in b]
+    assert [s.image.tobytes() if s.images else b"" for s in a] != [s.image.tobytes() if s.images else b"" for s in c]
     assert _png_bytes(tmp_path / "a") == _png_bytes(tmp_path / "b")
     assert (tmp_path / "a" / MANIFEST_NAME).read_bytes() == (tmp_path / "b" / MANIFEST_NAME).read_bytes()
     assert _png_bytes(tmp_path / "a") != _png_bytes(tmp_path / "c")

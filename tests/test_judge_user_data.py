@@ -132,7 +132,8 @@ def test_unavailable_names_what_the_records_lack(tmp_path):
 
 def test_the_judge_study_refuses_a_question_table(tmp_path):
     table = mf.load_dataset("synthetic-vqa", n=2)
-    with pytest.raises(ValueError, match="not a question table: pass dataset='judge-dir:<file>'"):
+    with pytest.raises(ValueError, match=r"judge-dir:<file> - docs/judge-data.md - .*list of JudgeSample .*not a "
+                                         "DataFrame"):
         mf.run_study("judge", "tiny-vlm", table, out=tmp_path)
 
 

@@ -15,7 +15,7 @@ from mmfragile.models.base import Prompt
 from mmfragile.studies.judgebias.prompts import (
     ScoreParseError, na_prompt, pairwise_prompt, parse_pairwise, parse_score, parse_score_or_na, score_prompt,
 )
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = seed_path("mm-judgebias.txt")

@@ -17,6 +17,16 @@ from mmfragile.studies.judgebias.perturbations import image_sha256
 from mmfragile.studies.judgebias.prompts import parse_score, score_prompt
 from mmfragile.store import ResultStore
 from mmfragile.studies import judgebias as jb
+from mmfragile.study import run_study
+
+
+def judge_run(judge, samples, out, **params):
+    """The judge study on samples in memory, through the one run path (what the CLI and notebooks run)."""
+    return run_study("judge", judge, samples, out=out, progress=False, **params)
+
+
+def counts(rows):
+    return {k: int((rows["status"] == k).sum()) for k in ("ok", "unparseable", "na")}
 
 
 def _key(prompt):
@@ -24,17 +34,21 @@ def _key(prompt):
 
 
 class FakeJudge(MLLM):
-    """Returns canned outputs: ``respond(prompt) -> str``; counts calls; optional seeded sampling."""
+    """Returns canned outputs: ``respond(prompt) -> str``; counts calls; optional seeded sampling; with
+    ``interrupt_after`` a Ctrl-C arrives in the call that would pass that many prompts (a killed run)."""
 
-    def __init__(self, respond, name="fake-judge", supports_images=True, sampled=None):
+    def __init__(self, respond, name="fake-judge", supports_images=True, sampled=None, interrupt_after=None):
         self.respond = respond
         self.name = name
         self.supports_images = supports_images
         self.calls = 0
         self.sampled = sampled
         self.can_sample = sampled is not None
+        self.interrupt_after = interrupt_after
 
     def generate(self, prompts, max_new_tokens=16):
+        if self.interrupt_after is not None and self.calls + len(prompts) > self.interrupt_after:
+            raise KeyboardInterrupt
         self.calls += len(prompts)
         return [self.respond(p) for p in prompts]
 
@@ -44,10 +58,10 @@ class FakeJudge(MLLM):
     def loglikelihood(self, prompts, continuations):  # pragma: no cover - not used
         raise NotImplementedError
 
-    def __getattr__(self, item):
-        if item == "generate_sampled" and self.__dict__.get("sampled") is not None:
-            return self.__dict__["sampled"]
-        raise AttributeError(item)
+    def generate_sampled(self, prompts, max_new_tokens, seeds, temperature=0.7, top_p=0.9):
+        if self.sampled is None:
+            return super().generate_sampled(prompts, max_new_tokens, seeds, temperature, top_p)
+        return self.sampled(prompts, max_new_tokens, seeds, temperature, top_p)
 
 
 @pytest.fixture(scope="module")
@@ -143,16 +157,15 @@ def test_build_conditions_counts_and_audit(three, tmp_path):
         [(c, s.query, [image_sha256(i) for i in s.images]) for c, s in conds]
 
 
-def test_run_judge_store_parse_failures_bd_bc_and_resume(three, tmp_path):
-    conds = jb.build_judge_conditions(three, seed=0, out_dir=None)
+def test_judge_run_store_parse_failures_bd_bc_and_resume(three, tmp_path):
+    conds = jb.build_judge_conditions(three, seed=0, out_dir=None)   # what the study builds of the samples
     table = _canned(conds)
     judge = FakeJudge(lambda p: table[_key(p)])
-    store = ResultStore(tmp_path / "scores", jb.store_config(seed=0))
-    rep = jb.run_judge(judge, conds, store, runs=1, decoding="greedy", progress=False, batch_size=4, flush_every=6)
-    assert rep.n_new == rep.n_rows == 20 and judge.calls == 20
-    assert rep.n_unparseable == 1 and rep.n_ok == 19 and rep.parse_failure_rate == pytest.approx(1 / 20)
+    run = judge_run(judge, three, tmp_path, runs=1, decoding="greedy", batch_size=4, flush_every=6)
+    store = run.stores["scores"]
     rows = store.read()
-    assert len(rows) == 20
+    assert run.new_rows["scores"] == len(rows) == 20 and judge.calls == 20
+    assert counts(rows) == {"ok": 19, "unparseable": 1, "na": 0}
     assert set(rows["variant"]) >= {"original|run0|original", "text_dominance|run0|original"}
     bad = rows[rows["status"] == "unparseable"]
     assert len(bad) == 1 and bad["perturbation"].item() == "instruction_misalignment"
@@ -161,6 +174,8 @@ def test_run_judge_store_parse_failures_bd_bc_and_resume(three, tmp_path):
     # every parsed row holds the parser's score of its stored raw output
     ok = rows[rows["status"] == "ok"]
     assert all(parse_score(r) == s for r, s in zip(ok["raw_output"], ok["score"]))
+    # the judged inputs are saved for audit beside the stores
+    assert len((tmp_path / "audit" / "manifest.jsonl").read_text().splitlines()) == 20
 
     j = jb.judgment_table(store)
     scores = jm.bias_scores(j).set_index("perturbation")
@@ -177,33 +192,32 @@ def test_run_judge_store_parse_failures_bd_bc_and_resume(three, tmp_path):
     assert fails.set_index("perturbation").loc["instruction_misalignment", "parse_failure_rate"] == 0.5
 
     # resume: nothing new is generated or written
-    rep2 = jb.run_judge(judge, conds, ResultStore(tmp_path / "scores", jb.store_config(seed=0)), runs=1,
-                        decoding="greedy", progress=False)
-    assert rep2.n_new == 0 and judge.calls == 20 and len(store.read()) == 20 and rep2.n_unparseable == 1
+    again = judge_run(judge, three, tmp_path, runs=1, decoding="greedy")
+    assert again.new_rows["scores"] == 0 and judge.calls == 20 and len(store.read()) == 20
 
 
 def test_interrupted_run_resumes_without_duplicates(three, tmp_path):
-    conds = jb.build_judge_conditions(three, seed=0, out_dir=None)
-    table = _canned(conds)
+    table = _canned(jb.build_judge_conditions(three, seed=0, out_dir=None))
+    killed = FakeJudge(lambda p: table[_key(p)], interrupt_after=8)
+    with pytest.raises(KeyboardInterrupt):
+        judge_run(killed, three, tmp_path, runs=1, decoding="greedy", batch_size=4, flush_every=100)
+    assert len(ResultStore(tmp_path / "scores")) == 8   # the finished batches were kept
     judge = FakeJudge(lambda p: table[_key(p)])
-    store = ResultStore(tmp_path / "s")
-    rep = jb.run_judge(judge, conds, store, decoding="greedy", progress=False, batch_size=4, stop_after=8)
-    assert rep.n_new == 8
-    rep = jb.run_judge(judge, conds, ResultStore(tmp_path / "s"), decoding="greedy", progress=False)
-    assert rep.n_new == 12 and rep.n_rows == 20 and judge.calls == 20
+    run = judge_run(judge, three, tmp_path, runs=1, decoding="greedy", batch_size=4)
+    rows = run.table("scores")
+    assert run.new_rows["scores"] == 12 == judge.calls and len(rows) == 20
+    assert not rows.duplicated(["question_id", "variant"]).any()
 
 
 def test_text_only_judge_skips_image_inputs(three, tmp_path):
-    conds = jb.build_judge_conditions(three, seed=0, out_dir=None)
     judge = FakeJudge(lambda p: "Score: 7", name="text-judge", supports_images=False)
     with pytest.warns(UserWarning, match="cannot read images"):
-        rep = jb.run_judge(judge, conds, ResultStore(tmp_path / "t"), decoding="greedy", progress=False)
-    assert rep.n_rows == 1 and rep.n_skipped == 19 and judge.calls == 1
-    assert ResultStore(tmp_path / "t").read()["question_id"].tolist() == ["txt000-good"]
+        run = judge_run(judge, three, tmp_path, runs=1, decoding="greedy")
+    assert judge.calls == 1
+    assert run.table("scores")["question_id"].tolist() == ["txt000-good"]
 
 
 def test_sampled_runs_are_seeded_per_judgment(three, tmp_path):
-    conds = jb.build_judge_conditions(three, ["text_dominance"], seed=0, out_dir=None)
     seen = []
 
     def sampled(prompts, max_new_tokens, seeds, temperature, top_p):
@@ -211,10 +225,8 @@ def test_sampled_runs_are_seeded_per_judgment(three, tmp_path):
         return [f"Score: {s % 10 + 1}" for s in seeds]
 
     judge = FakeJudge(lambda p: "unused", sampled=sampled)
-    store = ResultStore(tmp_path / "r")
-    rep = jb.run_judge(judge, conds, store, runs=2, progress=False)
-    rows = store.read()
-    assert rep.n_rows == len(rows) == 2 * 5 and judge.calls == 0
+    rows = judge_run(judge, three, tmp_path, perturbations=["text_dominance"], runs=2).table("scores")
+    assert len(rows) == 2 * 5 and judge.calls == 0
     assert sorted(rows["run"].unique()) == [0, 1]
     assert len(set(seen)) == 10  # every (sample, condition, run) has its own stream
     r = rows.set_index("variant")
@@ -241,9 +253,10 @@ def test_pairwise_position_and_verbosity(three, tmp_path):
 
     outs = iter(["Feedback: both fine.\nFinal Answer: [[A]]", "[[A]]", "I prefer B.", "no idea"] * 2)
     judge = FakeJudge(lambda p: next(outs), name="pj")
-    store = ResultStore(tmp_path / "pairwise")
-    rep = jb.run_pairwise(judge, pos + verb, store, decoding="greedy", progress=False, batch_size=3)
-    assert rep.n_rows == 8 and rep.n_unparseable == 2
+    run = judge_run(judge, img, tmp_path, pairwise=True, stages=["pairwise"], runs=1, decoding="greedy",
+                    batch_size=3)
+    store = run.stores["pairwise"]
+    assert judge.calls == 8 and counts(store.read())["unparseable"] == 2
     rows = store.read()
     assert set(rows["variant"]) == {"position|AB|run0", "position|BA|run0", "verbosity|AB|run0", "verbosity|BA|run0"}
     assert rows.loc[rows.status == "unparseable", "choice"].isna().all()
@@ -255,52 +268,61 @@ def test_pairwise_position_and_verbosity(three, tmp_path):
     vr = jm.verbosity_robustness(jb.verbosity_table(store)).loc["pj"]
     assert vr["n"] == 3 and vr["robustness"] == pytest.approx(1 / 3) and vr["n_unparseable"] == 1
     assert vr["robustness_verbose_second"] == pytest.approx(1 / 2) and vr["robustness_verbose_first"] == 0
-    assert jb.run_pairwise(judge, pos + verb, ResultStore(tmp_path / "pairwise"), decoding="greedy",
-                           progress=False).n_new == 0
+    assert judge_run(judge, img, tmp_path, pairwise=True, stages=["pairwise"], runs=1,
+                     decoding="greedy").new_rows["pairwise"] == 0
 
 
 def test_self_enhancement_pipeline(three, tmp_path):
-    gen_self = FakeJudge(lambda p: "mine", name="judge-a")
-    gen_other = FakeJudge(lambda p: "theirs", name="model-b", supports_images=False)
-    responses = ResultStore(tmp_path / "responses")
-    a = jb.generate_responses(gen_self, three, responses)
-    b = jb.generate_responses(gen_other, three, responses)
-    assert [s.sample_id for s in a] == ["img000@judge-a", "img001@judge-a", "txt000@judge-a"]
-    assert [s.sample_id for s in b] == ["txt000@model-b"]  # text-only generator: text items only
-    assert all(s.meta["generator"] == "judge-a" and s.meta["dataset"] == jb.SELFGEN_DATASET for s in a)
-    assert jb.generate_responses(FakeJudge(lambda p: "other", name="judge-a"), three,
-                                 responses)[0].response == "mine"  # stored: resumed, not asked again
+    """The responses stage (every generator answers once; a text-only one the text items only) and the selfgen
+    stage (the judge scores them and the references): a run with two generators, the judge one of them."""
+    queries = {s.query for s in three}
+
+    def judge_a(p):   # answers a bare query as a generator, scores a response as the judge
+        if p.text in queries:
+            return "mine"
+        return "Score: 9" if "mine" in p.text else "Score: 4" if "theirs" in p.text else "Score: 6"
+
+    judge = FakeJudge(judge_a, name="judge-a")
+    other = FakeJudge(lambda p: "theirs", name="model-b", supports_images=False)
+    run = judge_run(judge, three, tmp_path, self_generators=["model-b"], stages=["responses", "selfgen"],
+                    runs=1, decoding="greedy", models=lambda spec: {"judge-a": judge, "model-b": other}[spec.name])
+    responses = run.table("responses").sort_values(["model", "question_id"])
+    assert list(zip(responses["model"], responses["question_id"], responses["response"])) == [
+        ("judge-a", "img000", "mine"), ("judge-a", "img001", "mine"), ("judge-a", "txt000", "mine"),
+        ("model-b", "txt000", "theirs")]   # a text-only generator: text items only
+    store = run.stores["selfgen"]
+    rows = store.read()
+    assert set(rows["dataset"]) == {jb.SELFGEN_DATASET}
+    assert sorted(rows["question_id"]) == ["img000@judge-a", "img000@reference", "img001@judge-a",
+                                           "img001@reference", "txt000@judge-a", "txt000@model-b",
+                                           "txt000@reference"]
     ref = jb.reference_responses(three)
-    assert [s.sample_id for s in ref] == ["img000@reference", "img001@reference", "txt000@reference"]
     assert ref[0].response == three[0].response and ref[0].meta["generator"] == "reference"
-    judge = FakeJudge(lambda p: "Score: 9" if "mine" in p.text else "Score: 4" if "theirs" in p.text else "Score: 6",
-                      name="judge-a")
-    store = ResultStore(tmp_path / "scores")
-    jb.run_judge(judge, [("original", s) for s in a + b + ref], store, decoding="greedy", progress=False)
     se = jm.self_enhancement(jb.selfgen_table(store)).loc["judge-a"]
     # self 9 (x3) vs others: model-b 4 (x1) and reference 6 (x3), pooled: (4 + 18) / 4 = 5.5
     assert (se["self_score"], se["other_score"], se["delta"], se["n_self"], se["n_other"]) == (9, 5.5, 3.5, 3, 4)
     assert jb.judgment_table(store).empty  # self-generated rows are not main-study judgments
+    # stored responses are resumed, not asked again (another answer now would show)
+    again = judge_run(FakeJudge(lambda p: "other", name="judge-a"), three, tmp_path, self_generators=["model-b"],
+                      stages=["responses"], runs=1, decoding="greedy", models=lambda spec: other)
+    assert again.new_rows["responses"] == 0
 
 
 def test_tiny_vlm_real_run(tiny_vlm, tmp_path):
     s = make_judge_set(2, 1, tmp_path / "set", n_text=1)
     by = {x.sample_id: x for x in s}
     samples = [by["img000-good"], by["img001-bad"], by["txt000-good"]]
-    conds = jb.build_judge_conditions(samples, ["text_dominance"], seed=0, out_dir=tmp_path / "audit")
-    assert len(conds) == 2 * 2 + 1  # 2 image samples x (original, text_dominance) + the text-only original
-    store = ResultStore(tmp_path / "scores")
-    rep = jb.run_judge(tiny_vlm, conds, store, runs=1, max_new_tokens=6, progress=False)
-    rows = store.read()
-    assert len(rows) == rep.n_rows == 5 and rep.n_ok + rep.n_unparseable == 5
+    run = judge_run(tiny_vlm, samples, tmp_path / "a", perturbations=["text_dominance"], runs=1, max_new_tokens=6)
+    rows = run.table("scores")
+    assert len(rows) == 2 * 2 + 1  # 2 image samples x (original, text_dominance) + the text-only original
     assert set(rows["status"]) <= {"ok", "unparseable"}
     un = rows[rows["status"] == "unparseable"]
     assert un["score"].isna().all() and (un["parse_error"].str.len() > 0).all()
     ok = rows[rows["status"] == "ok"]
     assert all(parse_score(r) == v for r, v in zip(ok["raw_output"], ok["score"]))
-    # the stored sample reproduces: rerunning the same judgments gives byte-identical outputs
-    again = ResultStore(tmp_path / "again")
-    jb.run_judge(tiny_vlm, conds, again, runs=1, max_new_tokens=6, progress=False, batch_size=2)
+    # the stored sample reproduces: rerunning the same judgments in other batches gives byte-identical outputs
+    again = judge_run(tiny_vlm, samples, tmp_path / "b", perturbations=["text_dominance"], runs=1, max_new_tokens=6,
+                      batch_size=2).table("scores")
     a = rows.set_index(["question_id", "variant"])["raw_output"].sort_index()
-    b = again.read().set_index(["question_id", "variant"])["raw_output"].sort_index()
+    b = again.set_index(["question_id", "variant"])["raw_output"].sort_index()
     pd.testing.assert_series_equal(a, b)

@@ -11,7 +11,7 @@ import mmfragile
 
 ROOT = Path(mmfragile.__file__).parent
 #: the core: what every study runs on; studies import it, never the other way round
-CORE = ("schema", "store", "shards", "runner", "engine", "extraction", "faults", "paths", "figures", "models",
+CORE = ("schema", "store", "shards", "runner", "engine", "faults", "paths", "figures", "models",
         "data", "study", "report", "budget", "cli")
 
 
@@ -124,3 +124,86 @@ def test_private_import_check_sees_both_forms(tmp_path):
     (tmp_path / "a.py").write_text("from mmfragile.store import _key_index\n")
     (tmp_path / "b.py").write_text("from mmfragile.studies.x import metrics as m\nm._require(1)\nm.public(2)\n")
     assert private_imports(tmp_path) == ["a.py:1 _key_index", "b.py:2 m._require"]
+
+
+#: study names a core module may still write, and why (each one a registry or a reader of old stores; the rest of
+#: the core learns the studies from the registry): module -> the names
+STUDY_NAMES_ALLOWED = {
+    "mmfragile.study": {"format-bias", "promptception", "judge", "numerics", "formats", "judgebias", "mm-judgebias"},
+    "mmfragile.store": {"format-bias", "promptception", "judgebias", "judge"},   # LEGACY_TAGS: stores before tags
+    "mmfragile.data.benchmarks": {"judge", "mm-judgebias"},   # the benchmark registry: the judge set's own entries
+    "mmfragile.models.zoo": {"judge"},                        # a zoo model's role (a judge model), not the study
+    "mmfragile.report.build": {"judge"},                      # the judge column of a judge study's rows
+}
+
+
+def study_name_literals(root: Path, names: set[str]) -> dict[str, set[str]]:
+    """module -> the study names written as string literals in it (docstrings aside), over the core modules."""
+    found: dict[str, set[str]] = {}
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(root).with_suffix("").as_posix()
+        if rel.split("/")[0] not in CORE:
+            continue
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and ast.get_docstring(node, clean=False) is not None}
+        hits = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                and isinstance(node.value, str) and node.value in names and id(node) not in docstrings}
+        if hits:
+            found["mmfragile." + rel.replace("/", ".").removesuffix(".__init__")] = hits
+    return found
+
+
+def test_the_core_writes_no_study_name():
+    """The core finds a study by the registry, never by writing its name: no study name (or alias) as a string
+    in a core module, apart from the registries of STUDY_NAMES_ALLOWED."""
+    from mmfragile.study import ALIASES, study_names
+
+    names = set(study_names()) | set(ALIASES)
+    found = study_name_literals(ROOT, names)
+    extra = {m: sorted(hits - STUDY_NAMES_ALLOWED.get(m, set())) for m, hits in found.items()}
+    assert {m: h for m, h in extra.items() if h} == {}
+
+
+def test_study_name_check_sees_a_name_in_code_not_in_a_docstring(tmp_path):
+    (tmp_path / "budget").mkdir()
+    (tmp_path / "budget" / "x.py").write_text('STUDY = "format-bias"\n'
+                                              'def f():\n    """judge"""\n    return "promptception"\n')
+    assert study_name_literals(tmp_path, {"format-bias", "promptception", "judge"}) == {
+        "mmfragile.budget.x": {"format-bias", "promptception"}}
+
+
+def private_member_uses(root: Path) -> list[str]:
+    """``obj._name`` (not on ``self`` / ``cls`` / ``super()``) where ``_name`` is a private member defined in another
+    mmfragile module and not in this one: one module reaching into another's object. file:line each."""
+    trees = {f: ast.parse(f.read_text(encoding="utf-8")) for f in sorted(root.rglob("*.py"))}
+    defined: dict[Path, set[str]] = {}
+    for f, tree in trees.items():
+        names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                  and n.value.id in ("self", "cls") and isinstance(n.ctx, ast.Store)}
+        defined[f] = {n for n in names if _private(n)}
+    found = []
+    for f, tree in trees.items():
+        elsewhere = set().union(*(d for g, d in defined.items() if g != f)) - defined[f]
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.Attribute) and _private(n.attr) and n.attr in elsewhere):
+                continue
+            on = n.value
+            if isinstance(on, ast.Name) and on.id in ("self", "cls") or (
+                    isinstance(on, ast.Call) and isinstance(on.func, ast.Name) and on.func.id == "super"):
+                continue
+            found.append(f"{f.relative_to(root)}:{n.lineno} {ast.unparse(n)}")
+    return sorted(found)
+
+
+def test_no_module_uses_anothers_private_members():
+    assert private_member_uses(ROOT) == []
+
+
+def test_private_member_check_sees_a_method_of_another_module(tmp_path):
+    (tmp_path / "store.py").write_text("class S:\n    def _index(self):\n        self._cache = 1\n"
+                                       "    def public(self, other):\n        return other._index()\n")
+    (tmp_path / "dist.py").write_text("def f(store):\n    return store._index(), store._cache, store._own\n")
+    assert private_member_uses(tmp_path) == ["dist.py:2 store._cache", "dist.py:2 store._index"]

@@ -17,7 +17,8 @@ from mmfragile.data import fixtures as fx
 from mmfragile.data.images import check_image_bytes, image_field, store_image_bytes
 from mmfragile.data.loaders import (MVBENCH_TASKS, load_aokvqa, load_dataset, load_hrbench, load_mme_realworld_lite,
                                     load_mmbench, load_mmmu_pro, load_mmstar, load_mvbench, load_vstar, skipped_rows)
-from mmfragile.schema import QUESTION_COLUMNS, DataError, check_image
+from mmfragile.errors import DataError
+from mmfragile.schema import QUESTION_COLUMNS, check_image
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mmfragile.models.base import Prompt
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 
 def test_tiny_vlm_chat_template_places_images(tiny_vlm, synthetic):

@@ -66,13 +66,14 @@ def test_a_rerun_resumes_with_nothing_new(tiny_run):
 def test_planted_noise_gives_the_planted_flip_rate(sigma, tiny_vlm, tmp_path):
     from mmfragile.data.loaders import load_dataset
     from mmfragile.runner import run_items
+    from mmfragile.studies.format_bias.prompts import exact_match_score
     from mmfragile.studies.format_bias.items import format_bias_items
 
     items = format_bias_items(tiny_vlm, load_dataset("easy-vqa", n=3))
     store = ResultStore(tmp_path / "s")
     ref = PlantedNoise(tiny_vlm, 0.0, name="m")
-    run_items(ref, items, store, progress=False)
-    run_items(PlantedNoise(tiny_vlm, sigma, seed=7, name="m~noise"), items, store, progress=False)
+    run_items(ref, items, store, exact_match_score, progress=False)
+    run_items(PlantedNoise(tiny_vlm, sigma, seed=7, name="m~noise"), items, store, exact_match_score, progress=False)
     rows = store.read()
     row = nm.floor_table(rows).iloc[0]
     clean = rows[rows.model == "m"]

@@ -26,7 +26,7 @@ pytest.importorskip("openai")
 from mmfragile.models.base import LogLik, NoOutput, Prompt, is_no_output  # noqa: E402
 from mmfragile.models.openai_api import (APIError, CorruptCacheWarning, OpenAIChatModel, _parse_retry_after,
                                          request_cache_key)
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 TOP = [  # first-token alternatives the fake server returns for logprobs requests
     {"token": "A", "logprob": -0.5},
@@ -593,6 +593,7 @@ def test_null_content_is_an_unparseable_output_with_its_reason(server, tmp_path)
 def test_null_content_rows_are_stored_out_of_coverage_with_the_reason(server, tmp_path):
     """Through the runner into the store: no row dropped, the reason in raw_output, covered/correct False."""
     from mmfragile.runner import EvalItem, run_items
+    from mmfragile.studies.format_bias.prompts import exact_match_score
     from mmfragile.store import ResultStore
 
     server.choice_by_text.update(NO_TEXT)
@@ -601,7 +602,7 @@ def test_null_content_rows_are_stored_out_of_coverage_with_the_reason(server, tm
     items = [EvalItem(key={"dataset": "d", "question_id": t, "variant": "v"}, prompt=Prompt(t),
                       option_ids=["A", "B"], answer_id="A") for t in texts]
     with pytest.warns(UserWarning, match="4 of 5 replies carried no text"):
-        df = run_items(make_model(server), items, ResultStore(tmp_path / "store"), mode="generate",
+        df = run_items(make_model(server), items, ResultStore(tmp_path / "store"), exact_match_score, mode="generate",
                        progress=False)
     df = df.set_index("question_id")
     assert sorted(df.index) == sorted(texts)                              # nothing dropped

@@ -20,7 +20,8 @@ from mmfragile.studies.promptception.prompts import (
     prompt_ids,
     render,
 )
-from mmfragile.schema import DataError, MCQuestion
+from mmfragile.errors import DataError
+from mmfragile.schema import MCQuestion
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = seed_path("promptception.txt")

@@ -1,6 +1,7 @@
 """Promptception's stage-2 answer extraction runs as the study's own ``extraction`` stage: the extractor gets the
 answers stage 1 left unresolved as batched requests of the run loop (resumable, stored beside the answers), and the
-joined rows carry the same letters as extracting each answer on its own (:func:`mmfragile.extraction.extract_answer`).
+joined rows carry the same letters as extracting each answer on its own
+(:func:`mmfragile.studies.promptception.answers.extract_answer`).
 """
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ import pandas as pd
 import pytest
 
 from mmfragile.errors import UsageError
-from mmfragile.extraction import extract_answer
+from mmfragile.studies.promptception.answers import extract_answer
 from mmfragile.models.base import MLLM
 from mmfragile.models.spec import spec_of
 from mmfragile.schema import MCQuestion
-from mmfragile.store import ResultStore
 from mmfragile.study import RunContext, StageTask, get_study, run_study
 from mmfragile.studies.promptception.extraction import PENDING, read_answers, with_extraction
 from mmfragile.studies.promptception.prompts import get_prompt_type
@@ -114,7 +114,7 @@ def test_killed_extraction_resumes_and_a_missing_one_is_out_of_coverage(tmp_path
     stage = study.stage("extraction")
     params = study.resolve({k: v for k, v in kw.items() if k not in ("n", "progress")})
     ctx = RunContext(study, spec_of(answerer), "answerer", "synthetic-vqa", kw["n"], tmp_path, params, data=run.data)
-    store = ResultStore(tmp_path / stage.store, config=stage.config(ctx))
+    store = study.stage_store(tmp_path, "extraction", stage.config(ctx))
     StageTask("promptception", "extraction", tuple(sorted(params.items())), stop_after=4)(
         extractor, stage.units(ctx), store)
     assert extractor.matcher_calls() == [3, 3] and len(store) == 6

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from mmfragile.studies.promptception import metrics as pc
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 SEED = seed_path("promptception.txt")
 REPO = Path(__file__).resolve().parents[1]
@@ -276,7 +276,6 @@ def test_plots_smoke(acc):
     from mmfragile.studies.promptception import plots as pp
 
     s = pc.category_std(acc)
-    op = pc.average_pra(acc, pc.OPEN_SOURCE_MODELS)
     pr = pc.average_pra(acc, pc.PROPRIETARY_MODELS, exclude_below=None)
     figs = [
         pp.plot_category_std_heatmap(pc.average_category_std(s), threshold=0.78, note="n"),

@@ -11,12 +11,14 @@ from PIL import Image
 
 from mmfragile.runner import run_items
 from mmfragile.models.base import MLLM, Prompt
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 from mmfragile.store import ResultStore
+from mmfragile.study import tag
+from mmfragile.studies.promptception.study import STUDY
 from mmfragile.studies.promptception.extraction import PENDING, extraction_item, extraction_score
 from mmfragile.studies.promptception import (PromptceptionItem, accuracy_frame, figure_note_for, frame_indices,
                                              load_results, make_score_fn, promptception_items, run_config,
-                                             sample_frames, select_questions, split_zero_baselines, store_dir,
+                                             sample_frames, select_questions, split_zero_baselines,
                                              summarize_run)
 
 
@@ -263,8 +265,9 @@ def test_run_items_end_to_end_and_resume(tiny_vlm, synthetic, tmp_path):
     qs = synthetic[synthetic.modality.isin(["image", "video"])].groupby("modality").head(1)
     items = promptception_items(tiny_vlm, qs, prompt_ids=["1.1", "7.6", "12.1"], max_new_tokens=6, n_frames=3)
     assert len(items) == 6
-    root = store_dir(tmp_path / "runs", "tiny-vlm", "synthetic-vqa")
-    cfg = run_config("tiny-vlm", "synthetic-vqa", max_new_tokens=6, extractor="fake", n_frames=3)
+    root = tmp_path / "runs" / "tiny-vlm" / "synthetic-vqa"
+    cfg = {**run_config("tiny-vlm", "synthetic-vqa", max_new_tokens=6, extractor="fake", n_frames=3),
+           **tag(STUDY, STUDY.stage("prompts"))}
     score = make_score_fn(stage2=True)
     part = run_items(tiny_vlm, items, ResultStore(root, cfg), score, progress=False, stop_after=2, flush_every=1)
     assert 2 <= len(part) < 6  # a killed run keeps what it flushed (the engine runs a question's group at once)

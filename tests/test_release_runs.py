@@ -14,7 +14,7 @@ from mmfragile.data.loaders import load_dataset
 from mmfragile.studies.format_bias.items import format_bias_items
 from mmfragile.models.base import split_interleaved
 from mmfragile.studies.format_bias.prompts import PromptFormat
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 from mmfragile.store import ConfigMismatch, ResultStore
 from mmfragile.studies import judgebias as jb
 from mmfragile.studies.promptception import promptception_items

@@ -63,9 +63,9 @@ def _good(q, s, f):
 def _make_format_stores(root: Path) -> dict[str, Path]:
     out = {}
     for model, pick in (("good", _good), ("first", lambda q, s, f: 0)):
-        st = ResultStore(fbs.store_dir(root, model, "syn"), config=fbs.run_config(model, "syn", 4),
-                         run_info={"n_questions": 4, "skipped_rows": [
-                             {"file": "syn.tsv", "row": 7, "reason": "image missing"}] if model == "good" else []})
+        skipped = [{"file": "syn.tsv", "row": 7, "reason": "image missing"}] if model == "good" else []
+        st = fbs.STUDY.stage_store(fbs.STUDY.folder(root, model, "syn"), "grid", fbs.run_config(model, "syn", 4),
+                                   run_info={"n_questions": 4, "skipped_rows": skipped})
         st.pin_run_info("image_policy", {"max_pixels": None, "note": "test"})
         st.append(_fb_rows(model, pick=pick))
         out[model] = st.root
@@ -84,7 +84,8 @@ def _make_prompt_store(root: Path) -> Path:
                              modality="image", option_ids=["A", "B", "C", "D"], answer_id="A",
                              raw_output="A" if ok else "hmm", predicted="A" if ok else None, correct=ok,
                              covered=p != "12.3", refusal=False, extraction_stage="regex" if p != "12.3" else "none"))
-    st = ResultStore(pcs.store_dir(root, "pmodel", "syn-mc"), pcs.run_config("pmodel", "syn-mc"))
+    st = pcs.STUDY.stage_store(pcs.STUDY.folder(root, "pmodel", "syn-mc"), "prompts",
+                               pcs.run_config("pmodel", "syn-mc"))
     st.append(rows)
     return st.root
 
@@ -104,7 +105,7 @@ def _make_judge_store(root: Path, orig: dict = JUDGE_ORIG, pert: dict = JUDGE_PE
                              allow_na=False, generator="reference", kind="good", modality="image", gold_score=8.0,
                              raw_output="x", score=float("nan") if sc is None else float(sc),
                              status="unparseable" if sc is None else "ok", parse_error="no score" if sc is None else ""))
-    scores_store, _ = jb.open_stores(root, jb.store_config(seed=0, n_samples=3))
+    scores_store = jb.STUDY.stage_store(root, "scores", {"seed": 0, "n_samples": 3})
     scores_store.append(rows)
     return scores_store.root
 
@@ -249,7 +250,8 @@ def test_no_best_format_advice_when_every_format_ties(tmp_path):
     """A model right on every format (all 100 %): the report says that every format scores the same instead of
     warning that the best format 'overstates the mean by 0.0 pp'; a model with a spread still gets the warning."""
     for model, pick in (("tied", lambda q, s, f: (0 - s) % 3), ("spread", _good)):
-        st = ResultStore(fbs.store_dir(tmp_path / "s", model, "syn"), config=fbs.run_config(model, "syn", 4))
+        st = fbs.STUDY.stage_store(fbs.STUDY.folder(tmp_path / "s", model, "syn"), "grid",
+                                   fbs.run_config(model, "syn", 4))
         st.append(_fb_rows(model, pick=pick))
     md = build_report([tmp_path / "s"], tmp_path / "out", n_boot=20).markdown.read_text()
     how = {ln.split(" on ")[0]: ln for ln in md.splitlines() if ln.startswith(("tied on", "spread on"))}
@@ -293,7 +295,8 @@ def test_provenance_records_or_says_not_recorded(built):
 def test_budgeted_store_is_estimated(tmp_path):
     rows = pd.DataFrame(_fb_rows("bud", n_q=4, pick=_good))
     rows = rows[rows.format != "standard"].iloc[::3]          # a third of the grid: an incomplete / budgeted run
-    st = ResultStore(fbs.store_dir(tmp_path / "s", "bud", "syn"), config=fbs.run_config("bud", "syn", 4))
+    st = fbs.STUDY.stage_store(fbs.STUDY.folder(tmp_path / "s", "bud", "syn"), "grid",
+                               fbs.run_config("bud", "syn", 4))
     st.append(rows)
     rep = build_report([st.root], tmp_path / "out", n_boot=50, budget_draws=50)
     b = metric_key("budget", "formats", "bud", "syn")

@@ -89,7 +89,7 @@ def test_the_progress_bar_counts_prompts(tmp_path, capsys):
 
 
 def test_an_interrupt_stores_the_finished_rows_first(tmp_path, tiny_vlm):
-    from mmfragile.runner import EvalItem, exact_match_score, run_items
+    from mmfragile.runner import EvalItem, run_items
     from mmfragile.models.base import Prompt
 
     items = [EvalItem({"dataset": "d", "question_id": str(i), "variant": "v"}, Prompt(text=f"question {i}"),

@@ -50,12 +50,14 @@ def _args(out, shard):
 def test_format_grid_shards_written_concurrently_then_merged(tmp_path, tiny_vlm, capsys):
     from mmfragile.api import load_dataset
     from mmfragile.runner import run_items
+    from mmfragile.studies.format_bias.prompts import exact_match_score
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.studies.format_bias.prompts import PromptFormat
 
     items = format_bias_items(tiny_vlm, load_dataset("synthetic-image", n=3),
                               formats=[PromptFormat.from_name(f) for f in FORMATS.split(",")])
-    expected = run_items(tiny_vlm, items, ResultStore(tmp_path / "one"), batch_size=8, progress=False)
+    expected = run_items(tiny_vlm, items, ResultStore(tmp_path / "one"), exact_match_score, batch_size=8,
+                         progress=False)
     out = tmp_path / "sharded"
     # shard 0/2 in another process while this process runs shard 1/2: two writers, one store
     other = subprocess.Popen([sys.executable, "-m", "mmfragile", *_args(out, "0/2")],

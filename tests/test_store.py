@@ -265,13 +265,15 @@ def test_killed_cli_run_resumes_to_the_uninterrupted_table(tmp_path, tiny_vlm):
     from mmfragile.api import load_dataset
     from mmfragile.cli import main
     from mmfragile.runner import run_items
+    from mmfragile.studies.format_bias.prompts import exact_match_score
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.studies.format_bias.prompts import PromptFormat
 
     names = ["uppercase-dot-line_break", "numbers-bracket-semicolon"]
     items = format_bias_items(tiny_vlm, load_dataset("synthetic-image", n=2),
                               formats=[PromptFormat.from_name(n) for n in names])
-    expected = run_items(tiny_vlm, items, ResultStore(tmp_path / "full"), batch_size=8, progress=False)
+    expected = run_items(tiny_vlm, items, ResultStore(tmp_path / "full"), exact_match_score, batch_size=8,
+                         progress=False)
 
     killed = tmp_path / "killed"
     env = {**os.environ, "MMFRAGILE_KILL_AT": "store.append:2"}

@@ -31,24 +31,25 @@ def test_a_store_without_a_tag_is_an_error_naming_it(tmp_path):
 
 
 def test_an_old_judge_store_resumes_under_the_new_tag(tmp_path):
-    from mmfragile.studies.judgebias import open_stores, store_config
+    from mmfragile.study import get_study
 
+    judge = get_study("judge")
     old = {"study": "judgebias", "seed": 0, "n_samples": 3}
     ResultStore(tmp_path / "scores", {**old, "kind": "scores"})
-    scores, _ = open_stores(tmp_path, store_config(seed=0, n_samples=3))   # today's config: study judge, stage scores
+    scores = judge.stage_store(tmp_path, "scores", {"seed": 0, "n_samples": 3})   # today's: study judge, stage scores
     assert store_tag(scores.config) == ("judge", "scores")
     with pytest.raises(ConfigMismatch, match="seed"):
-        open_stores(tmp_path, store_config(seed=1, n_samples=3))
+        judge.stage_store(tmp_path, "scores", {"seed": 1, "n_samples": 3})
     with pytest.raises(ConfigMismatch, match="stage"):                       # a pairwise config is another store
-        ResultStore(tmp_path / "scores", {**store_config(seed=0, n_samples=3), "stage": "pairwise"})
+        ResultStore(tmp_path / "scores", {**judge.stage_store(tmp_path, "scores").config, "stage": "pairwise"})
 
 
 def test_format_bias_reads_old_and_new_grid_stores_and_not_cp_ln(tmp_path):
-    from mmfragile.studies.format_bias import load_cp_ln, load_runs, run_config
+    from mmfragile.studies.format_bias import STUDY, load_cp_ln, load_runs, run_config
 
     row = dict(model="m", dataset="d", question_id="q0", variant="a|s0", correct=True)
     ResultStore(tmp_path / "old", {"study": "format-bias", "model": "m"}).append([row])
-    ResultStore(tmp_path / "new", run_config("m2", "d", 1)).append([{**row, "model": "m2"}])
+    STUDY.stage_store(tmp_path / "new", "grid", run_config("m2", "d", 1)).append([{**row, "model": "m2"}])
     ResultStore(tmp_path / "cp", {"study": "format-bias-cp-ln"}).append([{**row, "model": "m3", "variant": "0"}])
     assert sorted(load_runs(tmp_path)["model"]) == ["m", "m2"]
     assert list(load_cp_ln(tmp_path)["model"]) == ["m3"]

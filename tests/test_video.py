@@ -8,7 +8,7 @@ from PIL import Image
 from mmfragile.data import fixtures as fx
 from mmfragile.data.loaders import load_dataset
 from mmfragile.data.video import question_frames, sample_frames, window_indices
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 
 @pytest.fixture(autouse=True)

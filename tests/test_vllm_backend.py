@@ -21,6 +21,8 @@ import torch
 
 from mmfragile.runner import run_items
 
+from mmfragile.studies.format_bias.prompts import exact_match_score
+
 from mmfragile.studies.format_bias.items import format_bias_items
 from mmfragile.models.base import Prompt
 from mmfragile.paths import vllm_venv
@@ -131,7 +133,8 @@ def test_text_token_ids_are_the_hf_backends(smollm2, text_case):
 def test_text_format_grid_equals_hf_engine(smollm2, text_case):
     items = text_case["items"]
     assert len(items) == 102
-    hf = run_items(smollm2, items, ResultStore(text_case["tmp"] / "hf"), mode="engine", progress=False)
+    hf = run_items(smollm2, items, ResultStore(text_case["tmp"] / "hf"), exact_match_score, mode="engine",
+                   progress=False)
     assert_same_grid(hf, text_case["vl"]["grid"], smollm2, items)
 
 
@@ -228,7 +231,8 @@ def test_image_placeholders_expand_to_the_hf_processors_ids(smollm2_vlm, vlm_cas
 def test_image_format_grid_equals_hf_engine(smollm2_vlm, vlm_case):
     items = vlm_case["items"]
     assert set(vlm_case["qs"].modality) == {"image", "multi-image", "video"} and len(items) > 50
-    hf = run_items(smollm2_vlm, items, ResultStore(vlm_case["tmp"] / "hf"), mode="engine", progress=False)
+    hf = run_items(smollm2_vlm, items, ResultStore(vlm_case["tmp"] / "hf"), exact_match_score, mode="engine",
+                   progress=False)
     assert_same_grid(hf, vlm_case["vl"]["grid"], smollm2_vlm, items)
 
 
@@ -252,6 +256,6 @@ def test_zoo_model_runs_in_vllm_as_in_transformers(tmp_path):
             and f.option_ids in ("uppercase", "numbers")]
     items = format_bias_items(model, qs, formats=fmts)
     vl = run_vllm("zoo-gemma3-good", [("grid", "run_items", (items, str(tmp_path / "store")))], tmp_path)
-    hf = run_items(model, items, ResultStore(tmp_path / "hf"), mode="engine", progress=False)
+    hf = run_items(model, items, ResultStore(tmp_path / "hf"), exact_match_score, mode="engine", progress=False)
     assert_same_grid(hf, vl["grid"], model, items)
     assert hf.correct.mean() > 0.5  # it sees: easy-VQA chance is about 0.46

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mmfragile.data.easyvqa import known_pictures, load_easy_vqa_media
-from mmfragile.extraction import extract_letter_regex
+from mmfragile.studies.promptception.answers import extract_letter_regex
 from mmfragile.models import zoo
 from mmfragile.studies.judgebias.items import _VERBOSE_PREFIX, _VERBOSE_SUFFIX
 from mmfragile.studies.judgebias.data import make_easy_vqa_judge_set

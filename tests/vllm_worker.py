@@ -27,10 +27,11 @@ def main(job_path: str, out_path: str) -> None:
         t = time.perf_counter()
         if method == "run_items":
             from mmfragile.runner import run_items
+            from mmfragile.studies.format_bias.prompts import exact_match_score
             from mmfragile.store import ResultStore
 
             items, folder = args
-            results[key] = run_items(model, items, ResultStore(folder), progress=False)
+            results[key] = run_items(model, items, ResultStore(folder), exact_match_score, progress=False)
         elif method == "prompt_token_ids":
             outs = model.llm.generate(model._inputs(args[0]), model._params(1), use_tqdm=False)
             results[key] = [list(o.prompt_token_ids) for o in outs]

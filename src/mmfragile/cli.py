@@ -150,7 +150,7 @@ def _add_params(group, params, given_only: bool = False) -> None:
 def _run(a: argparse.Namespace, study) -> int:
     """``run <study>``: the study through :func:`mmfragile.study.run_study`; prints its summary tables."""
     from mmfragile.study import run_study
-    from mmfragile.schema import DataError
+    from mmfragile.errors import DataError
 
     params = {prm.name: getattr(a, prm.name) for prm in study.params}
     budget = getattr(a, "budget", None)

@@ -5,8 +5,8 @@ The units of a study (question records for format bias and Promptception, ``(con
 :func:`mmfragile.shards.split` - task ``j`` of ``K`` is exactly shard ``j/K`` of a ``--shard`` run, so both ways
 of running fill the same manifests. Ray schedules the tasks (:class:`ray.util.ActorPool`: a task goes to
 whichever actor is free) over ``workers`` actors, each holding one model replica loaded from its spec (one GPU
-per actor when the cluster has GPUs, else one CPU). A task runs the study's own runner (``run_items``,
-``run_judge`` ...) against a recording store and returns its rows; the driver is the only writer of the
+per actor when the cluster has GPUs, else one CPU). A task runs the stage's :class:`~mmfragile.study.StageTask`
+(the one loop, ``run_items``) against a recording store and returns its rows; the driver is the only writer of the
 :class:`~mmfragile.store.ResultStore` and appends each task's rows as it arrives.
 
 Kills: a killed worker is restarted by Ray and its task retried (``max_restarts`` / ``max_task_retries``); a
@@ -139,7 +139,7 @@ class RayRunReport:
 
 def _done_by_shard(store: ResultStore, n: int) -> dict[int, pd.DataFrame]:
     """The stored keys split by the shard that owns their question group (one pass over the keys)."""
-    idx = store._disk_index()
+    idx = store.stored_index()
     if len(idx) == 0:
         return {}
     keys = idx.to_frame(index=False, name=store.key_columns)
@@ -153,8 +153,8 @@ def _shard_complete(store: ResultStore, shard: Shard, manifests: dict[str, list]
     """The shard declared its keys (in an earlier run) and every one of them is stored."""
     if shard.label not in manifests:
         return False
-    expected = store._expected_index(files=manifests[shard.label])
-    return not store._pending_index(expected).any()
+    expected = store.expected_index(files=manifests[shard.label])
+    return not store.pending_mask(expected).any()
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:

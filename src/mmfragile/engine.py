@@ -213,7 +213,7 @@ class PrefixSharingEngine:
             if k in ("input_ids", "attention_mask") or k in ad.per_token or k in ad.tail_keys():
                 prefix[k] = v[:, :plen]
         with torch.inference_mode():
-            out = m.model(**m._to_device(prefix), use_cache=True, logits_to_keep=1)
+            out = m.model(**m.to_device(prefix), use_cache=True, logits_to_keep=1)
         prefix_cache = _cache_of(out)
         del prefix, out  # pixel values and the prefix's logits: only its KV cache is needed from here on
         results: list[EngineOutput | None] = [None] * len(rows)
@@ -285,7 +285,7 @@ class PrefixSharingEngine:
         mask = torch.cat([torch.ones((b, plen), dtype=torch.long), tmask], 1)
         cache = self._share(prefix_cache, b)
         out = m.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                      use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}, **m._to_device(extra))
+                      use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}, **m.to_device(extra))
         del cache
         logits = out.logits[:, -1, :].float()
         first = logits.argmax(-1).cpu()
@@ -306,7 +306,7 @@ class PrefixSharingEngine:
             step_extra = ad.decode_kwargs(step_extra)
             out = m.model(input_ids=next_tok[:, None].to(dev), attention_mask=mask.to(dev),
                           position_ids=next_pos[..., None].to(dev), use_cache=True,
-                          **{self._cache_kw: _cache_of(out)}, **m._to_device(step_extra))
+                          **{self._cache_kw: _cache_of(out)}, **m.to_device(step_extra))
             next_tok = out.logits[:, -1, :].float().argmax(-1).cpu()
             next_pos = next_pos + 1
             for i in range(b):

@@ -22,16 +22,18 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from mmfragile.extraction import score_exact_match
 from mmfragile.engine import EngineInexact, PrefixSharingEngine, engine_refusal
 from mmfragile.models.base import MLLM, Prompt
 from mmfragile.shards import Shard, question_group
 from mmfragile.store import ResultStore
+
+if TYPE_CHECKING:
+    from mmfragile.models.hf import HFModel
 
 REQUESTS = ("generate", "sample", "loglikelihood")
 
@@ -51,7 +53,7 @@ class EvalItem:
     top_p: float = 1.0             # sample
     batch_with: str = ""           # items of one group with another label run in another batch (numerics study)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.request not in REQUESTS:
             raise ValueError(f"request must be one of {REQUESTS}, not {self.request!r}")
         if self.request == "sample" and self.seed is None:
@@ -65,18 +67,12 @@ class EvalItem:
 ScoreFn = Callable[[Any, EvalItem], dict[str, Any]]
 
 
-def exact_match_score(raw: str, item: EvalItem) -> dict[str, Any]:
-    """Format-bias scoring (Sec. A.3): exact match of the raw output, no answer extraction."""
-    covered, correct, selected = score_exact_match(raw, item.option_ids, item.answer_id)
-    return {"covered": covered, "correct": correct, "selected_position": selected}
-
-
-def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_fn: ScoreFn = exact_match_score,
-              mode: str = "auto", batch_size: int = 16, flush_every: int = 256, progress: bool = True,
-              desc: str | None = None, stop_after: int | None = None, shard: Shard | str | None = None,
-              unit: str = "prompt", engine_batch: int | None = None,
-              generate_logits: bool = False) -> pd.DataFrame:
-    """Evaluate the items not yet in ``store`` and return the store's full table.
+def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_fn: ScoreFn, mode: str = "auto",
+              batch_size: int = 16, flush_every: int = 256, progress: bool = True, desc: str | None = None,
+              stop_after: int | None = None, shard: Shard | str | None = None, unit: str = "prompt",
+              engine_batch: int | None = None, generate_logits: bool = False) -> pd.DataFrame:
+    """Evaluate the items not yet in ``store``, each output scored into columns by the study's ``score_fn``, and
+    return the store's full table.
 
     ``mode`` (``generate`` requests): ``"engine"`` (prefix-sharing engine; refuses with the reason where it
     cannot be exact), ``"generate"`` (one batched ``generate`` per batch - the naive path), or ``"auto"`` (the
@@ -110,7 +106,7 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
                    engine_batch, generate_logits)
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
                unit=unit, smoothing=0.05)
-    buffer: list[dict] = []
+    buffer: list[dict[str, Any]] = []
     written = 0
     try:
         for chunk in call.chunks(todo):
@@ -158,20 +154,21 @@ class _Caller:
             warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
                           stacklevel=3)
         # the engine sizes its tail batches from free memory; batch_size is batched generate's
-        self.engine = (PrefixSharingEngine(model, batch_size=engine_batch)
+        # (no refusal: the backend declares ``prefix_engine``, an HF model the engine drives)
+        self.engine = (PrefixSharingEngine(cast("HFModel", model), batch_size=engine_batch)
                        if generates and mode != "generate" and refusal is None and not self.fused else None)
 
     def chunks(self, items: Sequence[EvalItem]) -> Iterable[list[EvalItem]]:
         """Engine: all generate items of a group together - one shared prefix, each item decoded to its own
         ``max_new_tokens`` (the engine batches internally); otherwise plain batches of one request kind and one
         decoding setting, so every item gets its own protocol."""
-        def setting(it: EvalItem) -> tuple:
+        def setting(it: EvalItem) -> tuple[Any, ...]:
             if it.request == "generate" and it.option_ids and self.engine is not None:
                 return (it.request, None, None, None, (it.group, it.batch_with))
             return (it.request, it.max_new_tokens, it.temperature, it.top_p, it.batch_with)
 
-        for (request, *_, group), grp in groupby(items, key=setting):
-            grp = list(grp)
+        for (request, *_, group), same in groupby(items, key=setting):
+            grp = list(same)
             if isinstance(group, tuple):   # one engine group: its prefix shared
                 yield grp
                 continue
@@ -187,7 +184,7 @@ class _Caller:
         if request == "sample":
             if not m.can_sample:
                 raise TypeError(f"{m.name!r} cannot sample with a seed (no generate_sampled); use greedy decoding")
-            raws = m.generate_sampled(prompts, new_tokens, [it.seed for it in chunk], chunk[0].temperature,
+            raws = m.generate_sampled(prompts, new_tokens, [cast(int, it.seed) for it in chunk], chunk[0].temperature,
                                       chunk[0].top_p)
             return [_Output(raw, {"raw_output": raw}) for raw in raws]
         with_options = any(it.option_ids for it in chunk)
@@ -212,11 +209,11 @@ class _Caller:
                         {"option_logits": None if lg is None else [float(x) for x in lg]})
                 for it, raw, lg in zip(chunk, raws, logits)]
 
-    def _naive(self, chunk: list[EvalItem], with_logits: bool):
+    def _naive(self, chunk: list[EvalItem], with_logits: bool) -> tuple[list[Any], list[Any]]:
         """Batched generate (+ option logits), each item to its own ``max_new_tokens`` (an engine group that falls
         back holds several)."""
-        raws: list = [None] * len(chunk)
-        logits: list = [None] * len(chunk)
+        raws: list[Any] = [None] * len(chunk)
+        logits: list[Any] = [None] * len(chunk)
         by_length: dict[int, list[int]] = {}
         for i, it in enumerate(chunk):
             by_length.setdefault(it.max_new_tokens, []).append(i)

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from mmfragile.data.images import pixel_limit_lifted
-from mmfragile.errors import DataError, row_error  # noqa: F401  (DataError re-exported: its public name is mmfragile.schema.DataError)
+from mmfragile.errors import DataError, row_error
 
 #: Columns of a question table, in order.
 QUESTION_COLUMNS = [

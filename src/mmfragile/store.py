@@ -51,7 +51,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -151,7 +151,7 @@ def tagged_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in config.items() if not (legacy_kind and k == "kind")}, "study": study, "stage": stage}
 
 
-def _config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple]:
+def _config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """key -> (old value, new value) for the configuration keys that differ (``run_info`` is no configuration;
     tags compare in today's form, :func:`tagged_config`)."""
     old, new = tagged_config(old), tagged_config(new)
@@ -224,7 +224,7 @@ def _disk_full(root: Path, e: OSError, what: str) -> StoreDiskFull:
     return err
 
 
-def _open_part(path: Path):
+def _open_part(path: Path) -> BinaryIO:
     """The part's file, opened for reading (the OS-level read: tests inject faults by replacing this)."""
     return open(path, "rb", buffering=0)
 
@@ -233,11 +233,11 @@ class _ReadGuard:
     """A file object for pyarrow that remembers any OSError of the operating system's reads, so that a failed
     *read* (retried) is told apart from a failed *parse* (pyarrow raises OSError for some parse errors too)."""
 
-    def __init__(self, f):
+    def __init__(self, f: BinaryIO) -> None:
         self._f = f
         self.error: OSError | None = None
 
-    def _do(self, name: str, *args):
+    def _do(self, name: str, *args: Any) -> Any:
         try:
             if name == "read":
                 fail_point("store.read")
@@ -248,17 +248,17 @@ class _ReadGuard:
             raise
 
     def read(self, n: int = -1) -> bytes:
-        return self._do("read", n)
+        return bytes(self._do("read", n))
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        return self._do("seek", offset, whence)
+        return int(self._do("seek", offset, whence))
 
     def tell(self) -> int:
-        return self._do("tell")
+        return int(self._do("tell"))
 
     @property
     def closed(self) -> bool:
-        return self._f.closed
+        return bool(self._f.closed)
 
     def close(self) -> None:
         self._f.close()
@@ -346,7 +346,7 @@ class ResultStore:
             if run_info is not None:  # its keys replaced; the others (model identities, provenance ...) kept
                 self.set_run_info({**(self.config.get(RUN_INFO) or {}), **_canonical(dict(run_info))})
         self._index: pd.MultiIndex | None = None   # keys on disk when last scanned
-        self._added: set[tuple] = set()            # keys this handle appended since
+        self._added: set[tuple[str, ...]] = set()            # keys this handle appended since
 
     # ------------------------------------------------------------------------------------------ config
     def _clean_secrets(self) -> None:
@@ -359,7 +359,7 @@ class ResultStore:
             warnings.warn(f"{self.root / 'config.json'} held a secret (an API key or URL credentials) and has been "
                           "cleaned", stacklevel=3)
 
-    def _settle_config(self, config: dict) -> None:
+    def _settle_config(self, config: dict[str, Any]) -> None:
         cfg_file = self.root / "config.json"
         if not cfg_file.exists():  # first writer wins atomically; the others compare below
             try:
@@ -440,12 +440,12 @@ class ResultStore:
             raise
 
     @property
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         """config.json, secrets masked (a store written before they were masked may hold a key: it is never read
         back, and is cleaned when the store is next opened for writing)."""
-        return redact_obj(self._raw_config())
+        return cast("dict[str, Any]", redact_obj(self._raw_config()))
 
-    def _raw_config(self) -> dict:
+    def _raw_config(self) -> dict[str, Any]:
         f = self.root / "config.json"
         return json.loads(f.read_text()) if f.exists() else {}
 
@@ -529,7 +529,7 @@ class ResultStore:
         raise RuntimeError(f"{self.parts}: parts kept vanishing while reading (20 tries); is a compaction looping?")
 
     # ------------------------------------------------------------------------------------------ keys
-    def _key(self, row: Mapping[str, Any]) -> tuple:
+    def _key(self, row: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(str(row[c]) for c in self.key_columns)
 
     def _scan(self) -> pd.MultiIndex:
@@ -539,7 +539,9 @@ class ResultStore:
         cols = [pd.concat(c, ignore_index=True) for c in zip(*(key_strings(t, self.key_columns) for t in tables))]
         return key_index(cols).unique()
 
-    def _disk_index(self) -> pd.MultiIndex:
+    def stored_index(self) -> pd.MultiIndex:
+        """The keys in the store's parts on disk (strings; cached until :meth:`refresh`), without the rows this
+        writer appended since."""
         if self._index is None:
             self._index = self._scan()
         return self._index
@@ -549,13 +551,13 @@ class ResultStore:
         self._index = None
         self._added = set()
 
-    def done_keys(self) -> set[tuple]:
+    def done_keys(self) -> set[tuple[str, ...]]:
         """All stored keys as tuples of strings (memory grows with the store; prefer :meth:`pending`)."""
-        return set(self._disk_index()) | self._added
+        return set(self.stored_index()) | self._added
 
     def is_done(self, row: Mapping[str, Any]) -> bool:
         k = self._key(row)
-        return k in self._added or k in self._disk_index()
+        return k in self._added or k in self.stored_index()
 
     def pending(self, keys: pd.DataFrame | Iterable[Mapping[str, Any]]) -> np.ndarray:
         """Boolean mask: which of ``keys`` (rows with the key columns) are not stored yet. Vectorised: use it
@@ -563,16 +565,17 @@ class ResultStore:
         df = keys if isinstance(keys, pd.DataFrame) else pd.DataFrame(list(keys), columns=self.key_columns)
         if df.empty:
             return np.zeros(0, dtype=bool)
-        return self._pending_index(key_index(key_strings(df, self.key_columns)))
+        return self.pending_mask(key_index(key_strings(df, self.key_columns)))
 
-    def _pending_index(self, q: pd.MultiIndex) -> np.ndarray:
-        done = q.isin(self._disk_index())
+    def pending_mask(self, q: pd.MultiIndex) -> np.ndarray:
+        """Boolean mask: which keys of the key index ``q`` (:func:`key_index` of strings) are not stored yet."""
+        done = q.isin(self.stored_index())
         if self._added:
             done |= np.fromiter((k in self._added for k in q), dtype=bool, count=len(q))
-        return ~done
+        return np.asarray(~done)
 
     def __len__(self) -> int:
-        return len(self._disk_index()) + len(self._added)
+        return len(self.stored_index()) + len(self._added)
 
     # ------------------------------------------------------------------------------------------ writing
     def append(self, rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> int:
@@ -585,7 +588,7 @@ class ResultStore:
         if missing:
             raise KeyError(f"rows lack key column(s) {missing}")
         keys = key_index(key_strings(df, self.key_columns))
-        keep = self._pending_index(keys) & ~keys.duplicated(keep="first")
+        keep = self.pending_mask(keys) & ~keys.duplicated(keep="first")
         df = df[keep]
         if df.empty:
             return 0
@@ -593,9 +596,9 @@ class ResultStore:
         self._write(table, self._new_part_path(len(df)), f"a result part of {len(df)} row(s)")
         kill_point("store.renamed")
         self._added.update(keys[keep])
-        if len(self._added) > max(50_000, len(self._disk_index()) // 4):
+        if len(self._added) > max(50_000, len(self.stored_index()) // 4):
             # fold this session's keys into the index (geometric: O(rows) in all; a set of tuples costs ~300 B a key)
-            self._index = self._disk_index().append(pd.MultiIndex.from_tuples(list(self._added)))
+            self._index = self.stored_index().append(pd.MultiIndex.from_tuples(list(self._added)))
             self._added = set()
         if self.compact_fanout > 1:
             try:
@@ -666,7 +669,8 @@ class ResultStore:
         small = [(f, n) for f in self._files() if (n := _part_rows(f)) is not None and n < self.target_part_rows]
         batches: list[list[Path]] = []
         if full:
-            cur, rows = [], 0
+            cur: list[Path] = []
+            rows = 0
             for f, n in small:
                 if cur and rows + n > self.target_part_rows:
                     batches.append(cur)
@@ -702,7 +706,8 @@ class ResultStore:
         dup = key_index(key_strings(table, self.key_columns)).duplicated(keep="first")
         if dup.any():
             table = table.filter(pa.array(~dup))
-        stamp = int(_PART_RE.match(used[0].name).group(1))  # keeps the merged rows where the first part sorted
+        first = _PART_RE.match(used[0].name)   # a compaction batch holds parts named by this store
+        stamp = int(first.group(1)) if first else None  # keeps the merged rows where the first part sorted
         self._write(table, self._new_part_path(table.num_rows, stamp), f"a compacted part of {table.num_rows} row(s)")
         kill_point("store.compact")
         for f in used:
@@ -755,7 +760,9 @@ class ResultStore:
             out.setdefault(m.name.split(".")[0], []).append(m)
         return out
 
-    def _expected_index(self, label: str | None = None, files: Sequence[Path] | None = None) -> pd.MultiIndex:
+    def expected_index(self, label: str | None = None, files: Sequence[Path] | None = None) -> pd.MultiIndex:
+        """The declared keys (a key index of strings) of every manifest, of shard ``label``'s, or of the
+        manifest ``files`` given."""
         if files is None:
             files = [m for m in self._manifests() if label is None or m.name.split(".")[0] == label]
         tables = [pq.read_table(m) for m in files]
@@ -767,7 +774,7 @@ class ResultStore:
 
     def expected_keys(self, label: str | None = None) -> pd.DataFrame:
         """The union of all declared keys (strings), one row per key; ``label``: of that shard only."""
-        return self._expected_index(label).to_frame(index=False, name=self.key_columns)
+        return self.expected_index(label).to_frame(index=False, name=self.key_columns)
 
     def missing_shards(self) -> list[str]:
         """``"i/n"`` for every shard of a declared split that has declared nothing."""
@@ -787,7 +794,7 @@ class ResultStore:
         dup_mask = stored.duplicated(keep=False)
         dups = stored[dup_mask].to_frame(index=False, name=self.key_columns).value_counts(sort=False)
         got = stored[~stored.duplicated(keep="first")]
-        exp = self._expected_index()
+        exp = self.expected_index()
 
         def frame(mi: pd.MultiIndex) -> pd.DataFrame:
             return mi.to_frame(index=False, name=self.key_columns).astype(object)
@@ -843,7 +850,7 @@ def _mergeable(base: Path, cfg: Mapping[str, Any], srcs: Sequence[ResultStore]) 
     return info
 
 
-def _pinned() -> dict[str, tuple]:
+def _pinned() -> dict[str, tuple[Callable[[Any, Any], bool], Callable[[Any], str]]]:
     """``run_info`` entries (name -> value) that stores must agree on to merge: how values compare and read."""
     from mmfragile.provenance import describe_identity, same_model
 
@@ -860,8 +867,9 @@ def _merge_run_info(into: Mapping[str, Any], other: Mapping[str, Any], where: Pa
         if isinstance(mine, list) and isinstance(value, list):
             out[key] = mine + [v for v in value if v not in mine]
         elif isinstance(mine, dict) and isinstance(value, dict):
-            same, describe = _pinned().get(key, (None, None))
-            for name in sorted(set(mine) & set(value)) if same else ():
+            pinned = _pinned().get(key)
+            for name in sorted(set(mine) & set(value)) if pinned else ():
+                same, describe = cast("tuple[Callable[[Any, Any], bool], Callable[[Any], str]]", pinned)
                 if not same(mine[name], value[name]):
                     raise ConfigMismatch(f"{where}: its run_info.{key}[{name!r}] is {describe(value[name])}, the "
                                          f"stores before it have {describe(mine[name])}; their rows would mix, so "

@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import pandas as pd
 
@@ -54,6 +54,10 @@ _REGISTRY: dict[str, "Study"] = {}
 _ORIGINS: dict[str, tuple[str, str | None]] = {}
 
 
+#: a stage's view of the study's parameters: name -> value (``Study.resolve``), ``budgeted`` added
+Params = dict[str, Any]
+
+
 @dataclass(frozen=True)
 class Param:
     """One parameter of a study: a keyword of :func:`run_study`, a notebook parameter and a CLI option
@@ -63,7 +67,7 @@ class Param:
     default: Any = None
     help: str = ""
     type: Callable[[str], Any] | None = None   # parses a CLI string (bool: a flag; list: comma-separated)
-    choices: tuple | None = None
+    choices: tuple[Any, ...] | None = None
 
     @property
     def flag(self) -> str:
@@ -96,15 +100,18 @@ class RunContext:
     data: Any = None
     run_info: dict[str, Any] = field(default_factory=dict)
     budget: float | int | None = None
-    table: pd.DataFrame | None = None   # a question table given to run_study instead of a spec
+    table: Any = None   # the study's data given to run_study instead of a spec (a question table, judge samples)
 
     def questions(self, n: int | None = None, skip_bad_rows: bool = False) -> pd.DataFrame:
         """The question table: the one given to :func:`run_study` (its first ``n`` rows), else
         :func:`~mmfragile.data.loaders.load_dataset` of the spec."""
         if self.table is not None:
-            return (self.table.head(n) if n else self.table).reset_index(drop=True)
+            table: pd.DataFrame = self.table.head(n) if n else self.table
+            return table.reset_index(drop=True)
         from mmfragile.data.loaders import load_dataset
 
+        if self.dataset is None:   # run_study refuses a study that needs a dataset without one
+            raise ValueError(f"study {self.study.name!r}: no dataset to read questions from")
         return load_dataset(self.dataset, n=n, skip_bad_rows=skip_bad_rows)
 
 
@@ -114,6 +121,9 @@ def table_name(table: pd.DataFrame) -> str:
     question columns raises, naming them."""
     from mmfragile.schema import QUESTION_COLUMNS
 
+    if not isinstance(table, pd.DataFrame):
+        raise ValueError(f"dataset: a dataset spec or a question table (mf.load_dataset's DataFrame), not a "
+                         f"{type(table).__name__}")
     missing = [c for c in QUESTION_COLUMNS if c not in table.columns]
     if missing or table.empty:
         raise ValueError(f"dataset: a question table needs rows and the columns {QUESTION_COLUMNS} (mf.load_dataset "
@@ -130,12 +140,14 @@ class BudgetGrid:
     cell frame of every (model, question) in the stage's store rows, ``correct`` where stored) and, optionally,
     ``simulate(datasets=, max_items=, seed=, ...)`` (complete grids matching the seed paper's published
     accuracies, for ``budget.validation``); ``read(store)``: the store's rows (Promptception joins its stage-2
-    extractions in)."""
+    extractions in); ``embedded``: the file name of a committed complete grid of this stage under
+    ``mmfragile/resources/budget/`` (:func:`mmfragile.budget.validation.load_embedded_grid`), if it has one."""
 
     spec: Any
     cells: Callable[[pd.DataFrame], pd.DataFrame]
     simulate: Callable[..., pd.DataFrame] | None = None
     read: Callable[[ResultStore], pd.DataFrame] = ResultStore.read   # a store's rows as ``cells`` wants them
+    embedded: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,29 +159,30 @@ class Stage:
     ``skipped`` is a list to append bad rows to (``skip_bad_rows``) or None (raise); ``params`` holds the study's
     parameters and ``budgeted`` (a budgeted design samples the items). ``models(ctx)``: the specs to
     run the stage with, if not the study's model (the generators of self-generated responses). ``budget``: the
-    grid a budget samples (None: the stage always runs whole). ``store``: the subfolder of its store (stages
-    may share one); the store's stage tag is :attr:`tag`. ``runs_under(params)``: a context manager the stage's
+    grid a budget samples (None: the stage always runs whole). ``subfolder``: its store's folder under the study's
+    results folder (stages may share one; "" is the results folder itself); the store's stage tag is :attr:`tag`.
+    ``runs_under(params)``: a context manager the stage's
     work runs inside, where the model is (the numerics study's thread count); none by default."""
 
     name: str
-    units: Callable[[RunContext], list]
-    items: Callable[[MLLM, list, dict, list | None], list[EvalItem]]
-    score: Callable[[MLLM, dict], ScoreFn]
-    config: Callable[[RunContext], dict]
-    store: str = ""
+    units: Callable[[RunContext], list[Any]]
+    items: Callable[[MLLM, list[Any], Params, list[dict[str, Any]] | None], list[EvalItem]]
+    score: Callable[[MLLM, Params], ScoreFn]
+    config: Callable[[RunContext], dict[str, Any]]
+    subfolder: str = ""
     group_of: Callable[[Any], str] = record_group
-    when: Callable[[dict], bool] = lambda params: True
+    when: Callable[[Params], bool] = lambda params: True
     budget: BudgetGrid | None = None
     models: Callable[[RunContext], list[ModelSpec]] | None = None
-    run_kw: Callable[[dict], dict] = lambda params: {}
+    run_kw: Callable[[Params], dict[str, Any]] = lambda params: {}
     unit: str = "prompt"   # what one item is (the progress bar counts items): prompt, option, judgment ...
-    runs_under: Callable[[dict], Any] = lambda params: contextlib.nullcontext()
+    runs_under: Callable[[Params], Any] = lambda params: contextlib.nullcontext()
 
     @property
     def tag(self) -> str:
         """The stage's name in its store's config (``"stage"``): the store it writes, the same for stages that
         share one."""
-        return self.store or self.name
+        return self.subfolder or self.name
 
 
 @dataclass(frozen=True)
@@ -200,7 +213,8 @@ class Study:
     default_model: str = "zoo-smollm2-good"
     default_dataset: str | None = None
     needs_dataset: bool = True
-    report: Callable[..., tuple[Any, list[dict]]] | None = None
+    data_name: Callable[[Any], str] = table_name   # the dataset name in-memory data given to run_study is stored under
+    report: Callable[..., tuple[Any, list[dict[str, Any]]]] | None = None
     report_stages: tuple[str, ...] = ()
     errors: Mapping[type, Callable[[BaseException], str]] = field(default_factory=dict)
     report_absent: Callable[[Sequence[str]], list[str]] | None = None
@@ -209,6 +223,15 @@ class Study:
     def error_line(self, exc: BaseException) -> str | None:
         """The study's one-line message for ``exc`` (its ``errors``), or None."""
         return next((message(exc) for kind, message in self.errors.items() if isinstance(exc, kind)), None)
+
+    def stage_store(self, folder: str | Path, stage: str, config: Mapping[str, Any] | None = None,
+                    **kw: Any) -> ResultStore:
+        """The store of ``stage`` in the study's results ``folder`` (``folder / stage.subfolder``): opened as it is
+        (``config`` None), or created / resumed with ``config`` plus the study's tag (:func:`tag`) - the one place a
+        store's identity is written. ``kw`` go to :class:`~mmfragile.store.ResultStore`."""
+        st = self.stage(stage)
+        return ResultStore(Path(folder) / st.subfolder, config=None if config is None else {**config, **tag(self, st)},
+                           **kw)
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -263,6 +286,8 @@ def import_origin(name: str, origin: tuple[str, str | None]) -> None:
                        "nor read: install that module (or put its file at the same path) where the work runs")
     as_name = module if module and module != "__main__" else f"_mmfragile_study_{safe_name(name)}"
     found = importlib.util.spec_from_file_location(as_name, file)
+    if found is None or found.loader is None:
+        raise KeyError(f"study {name!r}: {file} is no Python module this process can load")
     mod = importlib.util.module_from_spec(found)
     sys.modules[as_name] = mod
     try:
@@ -303,7 +328,7 @@ def budget_stage(study: "str | Study", stage: str | None = None) -> Stage:
 
 def budget_grid(study: "str | Study", stage: str | None = None) -> BudgetGrid:
     """The budget grid of :func:`budget_stage`."""
-    return budget_stage(study, stage).budget
+    return cast(BudgetGrid, budget_stage(study, stage).budget)   # budget_stage finds a stage that has one
 
 
 def store_stage(config: Mapping[str, Any], where: Any = "store") -> tuple[Study, str]:
@@ -331,7 +356,7 @@ class StageTask:
     stop_after: int | None = None   # end after that many new rows (a killed run, in tests)
     origin: tuple[str, str | None] | None = None   # where the study was registered (default: this process's)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.origin is None:
             object.__setattr__(self, "origin", study_origin(self.study))
 
@@ -352,11 +377,11 @@ class StageTask:
     def group_of(self, unit: Any) -> str:
         return self._stage().group_of(unit)
 
-    def __call__(self, model: MLLM, units: list, store: Any, shard: "Shard | str | None" = None) -> None:
+    def __call__(self, model: MLLM, units: list[Any], store: Any, shard: "Shard | str | None" = None) -> None:
         stage, params = self._stage(), self.resolved()
         shard = Shard.parse(shard)
         units = shard.select(units, stage.group_of) if shard.count > 1 else list(units)
-        skipped: list[dict] | None = [] if params.get("skip_bad_rows") else None
+        skipped: list[dict[str, Any]] | None = [] if params.get("skip_bad_rows") else None
         items = stage.items(model, units, params, skipped)
         if skipped:
             store.add_skipped_rows(skipped)
@@ -406,7 +431,7 @@ class StudyRun:
         """One row per store written: ``store`` (folder), ``stages``, ``rows`` (stored now), ``new`` (by this run),
         ``already`` (there before: resumed), ``skipped`` (bad input rows left out) and ``coverage`` (% of rows with
         ``covered``; NaN where the stage has no such column)."""
-        rows: dict[Path, dict] = {}
+        rows: dict[Path, dict[str, Any]] = {}
         for stage, store in self.stores.items():
             # stages that share a store see it grow: count it once, as it is now
             r = rows.setdefault(store.root, {"store": store.root, "stages": [], "rows": len(ResultStore(store.root)),
@@ -443,7 +468,7 @@ class _Models:
 
 
 def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = None,
-              dataset: "str | pd.DataFrame | None" = None, *,
+              dataset: Any = None, *,
               n: int | None = None, out: str | Path | None = None, results_dir: str | Path | None = None,
               model_args: Mapping[str, Any] | str | None = None, stages: Sequence[str] | None = None,
               shard: "Shard | str | None" = None, workers: int | None = None, ray_address: str | None = None,
@@ -456,9 +481,10 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     under which the study places it (``<results_dir>/<model>/<dataset>`` for the grid studies, the folder itself
     for the judge study). ``model``: a spec string, a :class:`~mmfragile.models.spec.ModelSpec` or a loaded
     model (not with ``workers``); ``model_args``: the backend's keyword arguments (``{"max_pixels": ...}`` or
-    ``"max_pixels=...,trust_remote_code=true"``). ``dataset``: a spec string or a question table
-    (``mf.load_dataset(...)``'s DataFrame, used as given - its first ``n`` rows with ``n`` - and stored under
-    :func:`table_name`). ``params``: the study's parameters (see its ``params``).
+    ``"max_pixels=...,trust_remote_code=true"``). ``dataset``: a spec string or the study's data in memory - a
+    question table (``mf.load_dataset(...)``'s DataFrame, used as given - its first ``n`` rows with ``n``) or, for
+    the judge study, a list of judge samples - stored under the study's ``data_name`` of it (:func:`table_name`).
+    ``params``: the study's parameters (see its ``params``).
 
     Scale: ``shard="i/n"`` runs one shard of every stage (by question group; ``mmfragile merge`` checks the
     stores afterwards); ``workers=N`` runs every stage on N Ray workers, one model replica each
@@ -476,10 +502,11 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     loaded = model if isinstance(model, MLLM) else None
     if loaded is not None and workers:
         raise ValueError("a loaded model cannot be sent to Ray workers: pass its spec")
-    spec = spec_of(loaded) if loaded is not None else as_spec(model or study.default_model, model_args=model_args)
+    spec = (spec_of(loaded) if loaded is not None
+            else as_spec(cast("str | ModelSpec", model or study.default_model), model_args=model_args))
     name = spec.name
-    table = dataset if isinstance(dataset, pd.DataFrame) else None
-    dataset = table_name(table) if table is not None else dataset or study.default_dataset
+    table = None if dataset is None or isinstance(dataset, str) else dataset
+    dataset = study.data_name(table) if table is not None else dataset or study.default_dataset
     if study.needs_dataset and not dataset:
         raise ValueError(f"study {study.name!r} needs a dataset (e.g. easy-vqa, synthetic-vqa, mmbench:<file.tsv>)")
     if out is None:
@@ -492,14 +519,13 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     _warn_short(ctx)
     load_model = models or _Models(loaded, spec)
     run = StudyRun(study, name, ctx.folder, ctx.data)
-    provenance: dict[str, dict] = {}   # per model spec, computed once
+    provenance: dict[str, dict[str, Any]] = {}   # per model spec, computed once
     for stage in study.stages:
         if not stage.when(ctx.params) or (stages is not None and stage.name not in stages):
             continue
         t0 = time.perf_counter()
         units = stage.units(ctx)
-        store = ResultStore(ctx.folder / stage.store, config={**stage.config(ctx), **tag(study, stage)},
-                            run_info=ctx.run_info or None)
+        store = study.stage_store(ctx.folder, stage.name, stage.config(ctx), run_info=ctx.run_info or None)
         before = stored_keys(store)
         task = StageTask(study.name, stage.name, tuple(sorted(ctx.params.items())),
                          budget if stage.budget else None, adaptive, budget_seed, budget_batch, progress)
@@ -524,14 +550,6 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     return run
 
 
-def run_stage(task: StageTask, model: MLLM, units: list, store: ResultStore, shard: "Shard | str | None" = None,
-              dataset: str | None = None) -> None:
-    """One stage's ``task`` on a loaded model into a given ``store``, as :func:`run_study` runs it: the model's
-    identity pinned and its provenance recorded first (the path of the studies' wrappers that take a store)."""
-    _pin_model(store, spec_of(model), model, dataset, {})
-    task(model, units, store, shard)
-
-
 def tag(study: Study, stage: Stage) -> dict[str, str]:
     """What every store's config says it holds: ``{"study": <study name>, "stage": <stage tag>}`` - the one name
     the report, the budget, ``merge`` and the analyses read it by."""
@@ -539,7 +557,7 @@ def tag(study: Study, stage: Stage) -> dict[str, str]:
 
 
 def _pin_model(store: ResultStore, spec: ModelSpec, loaded: MLLM | None, dataset: str | None,
-               known: dict[str, dict]) -> None:
+               known: dict[str, dict[str, Any]]) -> None:
     """Refuse a store that holds another model under ``spec.name`` (:meth:`ResultStore.pin_model`), then record
     the model's provenance if the store has none for it yet (never rewritten over rows it did not produce)."""
     from mmfragile.provenance import model_identity
@@ -581,13 +599,13 @@ def _provenance(spec: ModelSpec, loaded: MLLM | None, dataset: str | None) -> di
 
     try:
         own = loaded is not None and (loaded.spec is None or loaded.checkpoint is not None)
-        folder = loaded.checkpoint if own else spec.checkpoint_dir()
+        folder = loaded.checkpoint if loaded is not None and own else spec.checkpoint_dir()
         return run_provenance(str(spec), folder, dataset)
     except (OSError, ValueError) as e:
         return {"model_spec": str(spec), "checkpoint_sha256": f"not recorded: {type(e).__name__}: {e}"}
 
 
-def stored_keys(store: ResultStore) -> set[tuple]:
+def stored_keys(store: ResultStore) -> set[tuple[str, ...]]:
     """The stored keys (dataset, question_id, model, variant) - what a stage added is the difference."""
     if not len(store):
         return set()

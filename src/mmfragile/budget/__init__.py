@@ -3,11 +3,11 @@ store, and estimate the whole grid's accuracy distribution from it (:mod:`mmfrag
 
 * :func:`item_cells` - the cell frame of a list of :class:`~mmfragile.runner.EvalItem` (one row per item,
   outcome missing), :func:`attach_outcomes` - the outcomes a store already holds.
-* :func:`select_items` - the stratified design: the first ``budget`` share of a seeded sequence balanced over
-  variants, questions and shifts (:func:`~mmfragile.budget.estimator.stratified_order`); budgets nest, so
-  ``--budget 0.02`` then ``--budget 0.05`` only runs the difference.
-* :func:`run_budgeted` - runs the design through :func:`~mmfragile.runner.run_items` into the same store a full
-  run uses (the budget is not part of the store config: a later full run completes the same store). With
+* :func:`run_budgeted` - the stratified design - the first ``budget`` share of a seeded sequence balanced over
+  the grid's variants, questions and covariates (:func:`~mmfragile.budget.estimator.stratified_order`; budgets
+  nest, so ``--budget 0.02`` then ``--budget 0.05`` only runs the difference) - through
+  :func:`~mmfragile.runner.run_items` into the same store a full run uses (the budget is not part of the store config:
+  a later full run completes the same store). With
   ``adaptive=True`` it runs the stratified design for ``initial`` of the budget, then batches chosen by
   :func:`~mmfragile.budget.estimator.adaptive_batch` from what the store holds - a deterministic function of the
   stored outcomes and the seed, so a killed run resumes with the same choices for the same store contents.
@@ -23,13 +23,13 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mmfragile.runner import EvalItem, ScoreFn, exact_match_score, run_items
+from mmfragile.runner import EvalItem, ScoreFn, run_items
 from mmfragile.budget.estimator import GridSpec, adaptive_batch, budget_size, estimate, stratified_order
 from mmfragile.models.base import MLLM
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 from mmfragile.store import RUN_INFO, ResultStore
 
-__all__ = ["KEY", "item_cells", "attach_outcomes", "select_items", "run_budgeted", "record_grid_units", "grid_units",
+__all__ = ["KEY", "item_cells", "attach_outcomes", "run_budgeted", "record_grid_units", "grid_units",
            "rows_with_position", "first_rows", "merge_outcomes", "estimate_store", "estimate_tables", "STORE_LEVEL",
            "STORE_DRAWS", "STORE_SEED"]
 
@@ -82,19 +82,13 @@ def _as_engine_order(items: Sequence[EvalItem], idx: np.ndarray) -> list[EvalIte
     return sorted((items[int(i)] for i in idx), key=lambda it: (it.group, it.max_new_tokens))
 
 
-def select_items(items: Sequence[EvalItem], budget: float | int, spec: GridSpec, seed: int = 0) -> list[EvalItem]:
-    """The stratified design of ``budget`` (a fraction of the items, or a count) - see the module docstring."""
-    cells = item_cells(items, spec)
-    idx = stratified_order(cells, spec, budget_size(len(cells), budget), seed)
-    return _as_engine_order(items, idx)
-
-
 def run_budgeted(model: MLLM, items: Sequence[EvalItem], store: ResultStore, spec: GridSpec, budget: float | int,
-                 seed: int = 0, adaptive: bool = False, initial: float = 0.5, batch: int | None = None,
-                 score_fn: ScoreFn = exact_match_score, progress: bool = True, **run_kw: Any) -> pd.DataFrame:
-    """Evaluate a budgeted subset of ``items`` into ``store`` (resumable) and return the store's table.
+                 seed: int = 0, adaptive: bool = False, initial: float = 0.5, batch: int | None = None, *,
+                 score_fn: ScoreFn, progress: bool = True, **run_kw: Any) -> pd.DataFrame:
+    """Evaluate a budgeted subset of ``items`` into ``store`` (resumable), each output scored by the stage's
+    ``score_fn``, and return the store's table.
 
-    Stratified (default): the first ``budget`` of :func:`select_items`' sequence. Adaptive: the stratified
+    Stratified (default): the first ``budget`` of the stratified sequence. Adaptive: the stratified
     prefix for ``initial`` x budget (at least one cell per variant), then batches of ``batch`` cells (default:
     a tenth of the remaining budget) picked by :func:`~mmfragile.budget.estimator.adaptive_batch` on the outcomes
     in the store, until the store holds ``budget`` cells of this grid. ``run_kw`` go to :func:`run_items`."""

@@ -55,7 +55,7 @@ import scipy.sparse as sp
 from scipy import linalg
 from threadpoolctl import threadpool_limits
 
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 __all__ = ["Term", "GridSpec", "QUANTILES", "STATISTICS", "IRTFit", "fit_irt",
            "BudgetEstimate", "estimate", "unit_accuracy", "summarize_units", "stratified_order",
@@ -96,6 +96,8 @@ class GridSpec:
     #: prompt effects are mostly small with a few broken variants (a 4 % format among 60-80 % ones, Tab. 8-12):
     #: a Gaussian prior with a learnt scale shrinks such outliers into the bulk, a t prior lets them stand.
     nu: float | None = 3.0
+    #: columns a budgeted design spreads each question's cells over (:func:`stratified_order`; study 1: the shift)
+    balance: tuple[str, ...] = ()
 
     @property
     def columns(self) -> list[str]:
@@ -709,9 +711,9 @@ def budget_size(n_cells: int, budget: float | int) -> int:
 
 
 def stratified_order(cells: pd.DataFrame, spec: GridSpec, n: int, seed: int = 0,
-                     balance: Sequence[str] = ("shift",)) -> np.ndarray:
+                     balance: Sequence[str] | None = None) -> np.ndarray:
     """The first ``n`` positions of a seeded cell sequence balanced over units, questions and ``balance``
-    columns: each step takes a unit with the fewest chosen cells, in it a question with the fewest chosen
+    columns (default: the spec's): each step takes a unit with the fewest chosen cells, in it a question with the fewest chosen
     cells (among those with a cell left in that unit), in that (unit, question) the cell whose ``balance``
     values (e.g. the circular shift) the question has used least; ties broken at random. The sequence does not
     depend on ``n`` (a prefix of a longer run is the shorter run), so budgets nest."""
@@ -719,7 +721,7 @@ def stratified_order(cells: pd.DataFrame, spec: GridSpec, n: int, seed: int = 0,
     rng = np.random.default_rng(seed)
     ucodes, units = pd.factorize(cells[spec.unit].astype(str), sort=True)
     qcodes, questions = pd.factorize(cells[spec.question].astype(str), sort=True)
-    bal = [c for c in balance if c in cells.columns]
+    bal = [c for c in (spec.balance if balance is None else balance) if c in cells.columns]
     bcodes = (pd.factorize(cells[bal].astype(str).agg("|".join, axis=1), sort=True)[0] if bal
               else np.zeros(len(cells), int))
     U, Q, B = len(units), len(questions), int(bcodes.max()) + 1

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 from mmfragile.budget.estimator import (STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
                      stratified_order, summarize_units, unit_accuracy)
@@ -49,10 +49,8 @@ PROMPTEVAL_REPORTED = pd.DataFrame([
 ])
 
 
-#: The committed complete grid of an embedded model (resources/budget/): see :func:`load_embedded_grid`.
+#: The committed complete grid of an embedded model (resources/budget/; the format grid's ``BudgetGrid.embedded``)
 EMBEDDED_GRID = "format_bias_smollm2-vlm_easy-vqa.parquet"
-#: study -> its committed embedded grid
-EMBEDDED_GRIDS = {"format-bias": EMBEDDED_GRID}
 EMBEDDED_NOTE = "embedded smollm2-vlm (random vision tower) on easy-VQA"
 
 
@@ -76,12 +74,12 @@ def load_embedded_grid(name: str = EMBEDDED_GRID) -> pd.DataFrame:
                      question=df["dataset"] + "/" + df["question_id"], correct=df["correct"].astype(float))
 
 
-def complete_grid(source: str, study: str = "format-bias", datasets: Sequence[str] | None = None,
+def complete_grid(source: str, study: str, datasets: Sequence[str] | None = None,
                   max_items: int | None = None, seed: int = 0, **sim_kw) -> tuple[pd.DataFrame, GridSpec, str]:
     """A complete grid of ``study`` (its :class:`~mmfragile.study.BudgetGrid`) to validate on, its spec and a
     note on what it is:
 
-    * ``"embedded"`` - :func:`load_embedded_grid` (the studies in :data:`EMBEDDED_GRIDS`);
+    * ``"embedded"`` - :func:`load_embedded_grid` of the grid's committed file (``BudgetGrid.embedded``);
     * ``"published"`` - the grid's ``simulate`` (complete grids matching the seed paper's per-variant tables; see
       the module docstring for what is simulated), with :func:`simulation_spec`;
     * a results folder - every store of the study under it (the grid's ``cells``), keeping the (model,
@@ -91,10 +89,9 @@ def complete_grid(source: str, study: str = "format-bias", datasets: Sequence[st
     stage = budget_stage(study)
     grid = stage.budget
     if source == "embedded":
-        if study not in EMBEDDED_GRIDS:
-            raise DataError(f"no committed embedded {study} grid (only {sorted(EMBEDDED_GRIDS)}): pass 'published' "
-                            "or a results folder")
-        return load_embedded_grid(EMBEDDED_GRIDS[study]), grid.spec, EMBEDDED_NOTE
+        if grid.embedded is None:
+            raise DataError(f"no committed embedded {study} grid: pass 'published' or a results folder")
+        return load_embedded_grid(grid.embedded), grid.spec, EMBEDDED_NOTE
     if source == "published":
         if grid.simulate is None:
             raise DataError(f"study {study!r} has no published grid to simulate: pass a results folder")

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mmfragile.schema import DataError, MCQuestion, questions_frame, validate_questions
+from mmfragile.errors import DataError
+from mmfragile.schema import MCQuestion, questions_frame, validate_questions
 
 SHAPES = ["circle", "rectangle", "triangle"]
 YES_NO = ["yes", "no"]

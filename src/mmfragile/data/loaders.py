@@ -5,7 +5,7 @@ came from, ``source_file`` and ``source_row`` (0-based data row of that file). I
 embedded ones (base64 in TSVs, bytes in parquet) are written once to a cache folder
 (:mod:`mmfragile.data.images`); videos stay video files / frame folders until a study samples frames
 (:mod:`mmfragile.data.video`). A bad row - missing file, corrupt base64 or image, answer not among the
-options, unparseable options, duplicate id - raises :class:`~mmfragile.schema.DataError` naming the file and
+options, unparseable options, duplicate id - raises :class:`~mmfragile.errors.DataError` naming the file and
 row; with ``skip_bad_rows=True`` such rows are left out instead and listed in ``df.attrs["skipped_rows"]``
 (``[{"file", "row", "reason"}, ...]``, :func:`skipped_rows`), which the study runners store in the run's
 ``config.json``. ``n`` keeps the first ``n`` good questions and stops reading there.
@@ -106,7 +106,8 @@ import pandas as pd
 
 from mmfragile.errors import row_error
 from mmfragile.paths import cache_dir
-from mmfragile.schema import QUESTION_COLUMNS, DataError, MCQuestion, answer_index, check_question
+from mmfragile.errors import DataError
+from mmfragile.schema import QUESTION_COLUMNS, MCQuestion, answer_index, check_question
 from mmfragile.data.images import REFERENCE_MAX_CHARS, looks_like_path, check_image_bytes, decode_base64, image_field
 
 LETTERS = string.ascii_uppercase

@@ -10,7 +10,7 @@ for one question-table row, reading the window and the source frame rate of fram
 row's ``video_start`` / ``video_end`` / ``video_fps`` columns (written by the MVBench loader).
 
 Errors: a missing source, an empty folder or a file that does not decode raises
-:class:`~mmfragile.schema.DataError` naming it (and ``where``, e.g. the question's file and row).
+:class:`~mmfragile.errors.DataError` naming it (and ``where``, e.g. the question's file and row).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from mmfragile.paths import build_once, cache_dir
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 from mmfragile.data.images import IMAGE_EXTS
 
 VIDEO_EXTS = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".flv", ".mpg", ".mpeg", ".wmv", ".3gp"}

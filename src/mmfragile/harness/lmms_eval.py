@@ -9,7 +9,7 @@ Export (:func:`export_lmms_eval`) writes one folder, run with ``lmms-eval --incl
   question_id, variant, format factors, shift ...), the user text as mmfragile renders it before the chat template,
   the image paths, option IDs, answer ID and budget;
 * ``utils.py`` - ``doc_to_visual`` / ``doc_to_text`` / ``doc_to_target`` and ``process_results``, which scores
-  with mmfragile's own :func:`mmfragile.extraction.score_exact_match` (mmfragile installed in lmms-eval's venv:
+  with the exported stage's own score function (study 1: exact match; mmfragile installed in lmms-eval's venv:
   ``scripts/install_lmms_eval.sh``);
 * ``mmfragile_export.json`` - the study, model, dataset, parameters and the config of the native store.
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 from mmfragile.models.base import IMAGE_MARKER, Prompt, split_interleaved, unnamed_images
 
 

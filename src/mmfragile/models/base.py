@@ -16,7 +16,7 @@ import abc
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class Prompt:
     (interleaved benchmarks such as MMMU-Pro); :func:`split_interleaved` cuts it for chat templates."""
 
     text: str
-    images: list = field(default_factory=list)
+    images: list[Any] = field(default_factory=list)
     system: str | None = None
     #: text placed at the start of the assistant turn (e.g. "Answer:"), scored/generated after it.
     assistant_prefix: str = ""
@@ -89,7 +89,7 @@ class NoOutput(str):
         obj.reason = reason
         return obj
 
-    def __reduce__(self):  # pickles (Ray, multiprocessing) as itself, not as a plain str
+    def __reduce__(self) -> tuple[type, tuple[str]]:  # pickles (Ray, multiprocessing) as itself, not as a plain str
         return (NoOutput, (self.reason,))
 
 
@@ -129,7 +129,7 @@ class MLLM(abc.ABC):
     #: prompts per backend call the runner sends at least
     batch_size: int = 8
     #: how images are resized before the processor (pinned in a run's config.json); None if the backend says nothing
-    image_policy: dict | None = None
+    image_policy: dict[str, Any] | None = None
     #: the local checkpoint folder it was loaded from (hashed into a run's provenance); None for an API model
     checkpoint: "Path | None" = None
     #: the :class:`~mmfragile.models.spec.ModelSpec` it was loaded from (set by ``ModelSpec.load``); None for a model
@@ -153,8 +153,44 @@ class MLLM(abc.ABC):
         """Longest tokenized length among option IDs (Sec. A.4 of the format-bias paper)."""
         return 1
 
+    # Requests a backend offers where it declares the capability (the runner asks only then); the defaults say
+    # that this backend does not.
+    def generate_sampled(self, prompts: Sequence[Prompt], max_new_tokens: int, seeds: Sequence[int],
+                         temperature: float = 0.7, top_p: float = 0.9) -> list[str]:
+        """Seeded sampled decoding (``can_sample``): prompt i's text a function of ``seeds[i]`` alone."""
+        raise Unsupported(f"{self.name}: this backend cannot sample with a seed (can_sample is False); use greedy "
+                          "decoding (--decoding greedy)")
 
-def keyword_params(fn, skip: tuple[str, ...] = ()) -> list[str]:
+    def generate_with_option_logits(self, prompts: Sequence[Prompt], candidates: Sequence[Sequence[str]],
+                                    max_new_tokens: int) -> tuple[list[str], list[np.ndarray]]:
+        """Greedy texts and each candidate's first-token score from one request per prompt
+        (``fused_option_logits``)."""
+        raise Unsupported(f"{self.name}: this backend has no fused answer + option-score request "
+                          "(fused_option_logits is False); the runner uses generate and option_logits")
+
+
+class Unsupported(NotImplementedError):
+    """A request the backend does not offer (its capability flag is off); the message says what to do instead."""
+
+
+class HFTokenizerIds:
+    """Option-ID token counts from a Hugging Face tokenizer at ``self.tokenizer`` (the HF and vLLM backends)."""
+
+    tokenizer: Any
+
+    def first_token_id(self, text: str) -> int:
+        """The id of ``text``'s first token (an option ID's score is its first token's logit)."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise ValueError(f"candidate {text!r} tokenizes to nothing")
+        return int(ids[0])
+
+    def max_id_tokens(self, ids: Sequence[str]) -> int:
+        """Longest tokenized length among option IDs (Sec. A.4 of the format-bias paper)."""
+        return max(len(self.tokenizer(i, add_special_tokens=False)["input_ids"]) for i in ids)
+
+
+def keyword_params(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> list[str]:
     """The parameters of ``fn`` that can be passed by keyword (a backend's declared options), but ``skip``."""
     import inspect
 

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from mmfragile.schema import DataError
-from mmfragile.models.base import LogLik, MLLM, Prompt
+from mmfragile.errors import DataError
+from mmfragile.models.base import HFTokenizerIds, LogLik, MLLM, Prompt
 
 
 def load_image(img: Any, where: str = "prompt", max_pixels: int | None = None):
@@ -202,7 +202,7 @@ class SeededGumbelSampler:
         return s + gumbel
 
 
-class HFModel(MLLM):
+class HFModel(HFTokenizerIds, MLLM):
     """A `transformers` model + its processor (or tokenizer, for text-only LMs). Family differences (prompt
     rendering, processor inputs, per-token tensors) come from its :class:`~mmfragile.models.adapters.FamilyAdapter`."""
 
@@ -325,7 +325,8 @@ class HFModel(MLLM):
             out[k] = left_pad(rs, pad.get(k, 0))
         return out
 
-    def _to_device(self, enc: dict) -> dict:
+    def to_device(self, enc: dict) -> dict:
+        """The processor's tensors on the model's device, floating ones in its dtype (what every forward takes)."""
         out = {}
         for k, v in enc.items():
             if isinstance(v, torch.Tensor):
@@ -356,7 +357,7 @@ class HFModel(MLLM):
     # ------------------------------------------------------------------ the interface
     @torch.inference_mode()
     def _generate(self, prompts: Sequence[Prompt], max_new_tokens: int, idx: list[int], **kwargs) -> list[str]:
-        enc = self._to_device(self.encode([prompts[i] for i in idx]))
+        enc = self.to_device(self.encode([prompts[i] for i in idx]))
         gen = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
                                   pad_token_id=self.tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None,
                                   **kwargs)
@@ -381,16 +382,10 @@ class HFModel(MLLM):
     def next_token_logits(self, prompts: Sequence[Prompt]) -> torch.Tensor:
         """[len(prompts), vocab] logits of the next token, float32 on CPU (one forward pass per batch)."""
         def run(idx):
-            enc = self._to_device(self.encode([prompts[i] for i in idx]))
+            enc = self.to_device(self.encode([prompts[i] for i in idx]))
             return self.model(**enc, logits_to_keep=1).logits[:, -1, :].float().cpu()
 
         return torch.stack(self._map_batches(prompts, run))
-
-    def first_token_id(self, text: str) -> int:
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if not ids:
-            raise ValueError(f"candidate {text!r} tokenizes to nothing")
-        return ids[0]
 
     def option_logits(self, prompts: Sequence[Prompt], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         logits = self.next_token_logits(prompts)
@@ -404,7 +399,7 @@ class HFModel(MLLM):
     def _loglikelihood(self, prompts: Sequence[Prompt], continuations: Sequence[str]) -> list[LogLik]:
         enc = self.encode(prompts, continuations)
         cont_lens = enc.pop("cont_lengths")
-        enc = self._to_device(enc)
+        enc = self.to_device(enc)
         keep = int(cont_lens.max()) + 1  # logits of the last n + 1 positions predict the continuation
         logp = torch.log_softmax(self.model(**enc, logits_to_keep=keep).logits.float(), dim=-1)
         out: list[LogLik] = []
@@ -414,5 +409,3 @@ class HFModel(MLLM):
             out.append(LogLik(float(pred.gather(1, target[:, None]).sum()), n))
         return out
 
-    def max_id_tokens(self, ids: Sequence[str]) -> int:
-        return max(len(self.tokenizer(i, add_special_tokens=False)["input_ids"]) for i in ids)

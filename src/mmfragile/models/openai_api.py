@@ -107,7 +107,7 @@ import numpy as np
 
 from mmfragile.models.base import MLLM, LogLik, NoOutput, Prompt
 from mmfragile.redaction import redact, remember, remember_url
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 __all__ = ["APIError", "CorruptCacheWarning", "OpenAIChatModel", "build_messages", "image_to_data_url",
            "request_cache_key"]
@@ -169,7 +169,7 @@ def image_to_data_url(image: Any) -> str:
     """A ``data:image/png;base64,...`` URL for a PIL image or an image file path.
 
     File paths are decoded with PIL and re-encoded as PNG (so every image reaches the server as
-    PNG); a missing or unreadable file raises :class:`~mmfragile.schema.DataError` naming it.
+    PNG); a missing or unreadable file raises :class:`~mmfragile.errors.DataError` naming it.
     Strings that already are ``data:`` or ``http(s)://`` URLs are returned unchanged.
     """
     if isinstance(image, str) and image.startswith(("data:", "http://", "https://")):

@@ -24,11 +24,11 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
-from mmfragile.models.base import keyword_params
+from mmfragile.models.base import MLLM, keyword_params
 from mmfragile.redaction import MARK, declare_secret_args, is_secret_arg, redact, remember, remember_url
 
 #: keyword arguments that change where and how fast a model runs, not its outputs: left out of a store's model
@@ -227,12 +227,15 @@ class ModelSpec:
         if _looks_like_path(self.source):
             raise UsageError(f"model folder {self.source} does not exist")
         try:
-            return self.checkpoint_dir()
+            folder = self.checkpoint_dir()
         except FileNotFoundError as e:
             raise UsageError(str(e)) from None
+        if folder is None:
+            raise UsageError(f"{self}: an API model has no checkpoint folder")
+        return folder
 
     # ------------------------------------------------------------------ loading
-    def load(self):
+    def load(self) -> MLLM:
         """The model (:class:`~mmfragile.models.base.MLLM`). No network: a model id must be in the HF cache."""
         from mmfragile.determinism import apply
 
@@ -243,7 +246,7 @@ class ModelSpec:
         model.spec = self  # what a run records and the studies read the backend from (spec_of)
         return model
 
-    def _load(self, kw: dict[str, Any]):
+    def _load(self, kw: dict[str, Any]) -> MLLM:
         return self.backend_entry.load(self, kw)
 
     def checkpoint_dir(self) -> Path | None:
@@ -280,14 +283,14 @@ def _looks_like_path(source: str) -> bool:
     return source.startswith(("/", ".", "~")) or source.count("/") > 1 or os.sep != "/" and os.sep in source
 
 
-def figure_note_for(models) -> str | None:
+def figure_note_for(models: Iterable[object]) -> str | None:
     """One footer for a figure of several models (their specs or names): the distinct notes of those that do not
     really see, joined; None when every model's answers are real."""
     notes = list(dict.fromkeys(n for n in (ModelSpec.parse(str(m)).figure_note() for m in models) if n))
     return "; ".join(notes) or None
 
 
-def spec_of(model) -> ModelSpec:
+def spec_of(model: MLLM) -> ModelSpec:
     """The spec of a loaded model: the one it was loaded from (:meth:`ModelSpec.load` sets ``model.spec``), or for a
     model built by hand one made from its name - an ``openai:`` spec for a model that declares itself an API
     (``model.api``), so that what depends on the backend (Promptception's answer formats) follows what it is."""
@@ -319,7 +322,7 @@ class Backend:
 
     name: str
     form: str
-    load: Callable[["ModelSpec", dict], Any]
+    load: Callable[["ModelSpec", dict[str, Any]], MLLM]
     options: Callable[[], dict[str, list[str]]]
     kind: str | None = None
     check_source: Callable[[str, Any], None] = lambda source, spec: None
@@ -332,7 +335,7 @@ class Backend:
         declare_secret_args(self.secrets)
 
 
-def _load_openai(spec: ModelSpec, kw: dict[str, Any]):
+def _load_openai(spec: ModelSpec, kw: dict[str, Any]) -> MLLM:
     from mmfragile.models.openai_api import OpenAIChatModel
 
     url, _, model = spec.source.partition("::")
@@ -356,10 +359,13 @@ def _openai_source(source: str, spec: Any) -> None:
         raise ValueError(f"openai model spec needs '<base_url>::<model>', got {spec!r}")
 
 
-def _load_vllm(spec: ModelSpec, kw: dict[str, Any]):
+def _load_vllm(spec: ModelSpec, kw: dict[str, Any]) -> MLLM:
     from mmfragile.models.vllm_backend import VLLMModel
 
-    return VLLMModel(spec.checkpoint_dir(), **kw)
+    folder = spec.checkpoint_dir()
+    if folder is None:
+        raise ValueError(f"{spec}: the vLLM backend runs a local checkpoint, and an API model has none")
+    return VLLMModel(folder, **kw)
 
 
 def _vllm_class() -> type:
@@ -382,13 +388,14 @@ def _vllm_options() -> dict[str, list[str]]:
         return {"accepted": own}
 
 
-def _load_hf(spec: ModelSpec, kw: dict[str, Any]):
+def _load_hf(spec: ModelSpec, kw: dict[str, Any]) -> MLLM:
     """Embedded and zoo models by name, else a checkpoint folder or a model id in the local HF cache."""
     kind = spec.kind
     if kind == "zoo":
         from mmfragile.models.zoo import load_zoo
 
-        return load_zoo(spec.source, **kw)
+        zoo_model: MLLM = load_zoo(spec.source, **kw)
+        return zoo_model
     if kind == "embedded":
         from mmfragile.models.embedded import load_embedded
 

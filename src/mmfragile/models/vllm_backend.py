@@ -39,9 +39,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from mmfragile.paths import build_once, cache_dir
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 from mmfragile.models.adapters import adapter_for
-from mmfragile.models.base import LogLik, MLLM, Prompt
+from mmfragile.models.base import HFTokenizerIds, LogLik, MLLM, Prompt
 from mmfragile.models.hf import load_image
 
 #: vision configs whose vLLM module nests the encoder under ``vision_model.`` (CLIPVisionModel, SiglipVisionModel)
@@ -143,7 +143,7 @@ def vllm_checkpoint(path: str | Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- the backend
-class VLLMModel(MLLM):
+class VLLMModel(HFTokenizerIds, MLLM):
     """A checkpoint served by an offline ``vllm.LLM`` engine (started in the constructor).
 
     Args:
@@ -255,12 +255,6 @@ class VLLMModel(MLLM):
             loaded[str(image)] = load_image(image, where)
         return loaded[str(image)]
 
-    def first_token_id(self, text: str) -> int:
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if not ids:
-            raise ValueError(f"candidate {text!r} tokenizes to nothing")
-        return ids[0]
-
     def _params(self, max_new_tokens: int, logprob_token_ids: list[int] | None = None, prompt_logprobs: int | None = None,
                 skip_reading_prefix_cache: bool | None = None):
         from vllm import SamplingParams
@@ -351,5 +345,3 @@ class VLLMModel(MLLM):
             total += lps[pos][ids[pos]].logprob  # prompt_logprobs[pos]: log p(token pos | tokens < pos)
         return LogLik(float(total), n)
 
-    def max_id_tokens(self, ids: Sequence[str]) -> int:
-        return max(len(self.tokenizer(i, add_special_tokens=False)["input_ids"]) for i in ids)

@@ -945,7 +945,7 @@ def build_report(stores: Sequence[str | Path] | str | Path, out: str | Path, *, 
         doc.notes += absent(sorted(by_study)) if absent is not None and by_study else []
     if unsummarised:
         doc.notes.append(f"stores of {', '.join(unsummarised)} are listed under provenance but not summarised "
-                         "(e.g. CP-LN log-likelihoods: see notebook 34 for the mitigation comparison)")
+                         "in a section (their study's notebooks analyse them)")
     if not doc.sections:
         doc.notes.append("no stored rows to summarise")
     doc.sections.insert(0, _how_section(doc, how, level))

@@ -340,12 +340,13 @@ def mc_accuracy(model, questions: pd.DataFrame, store_dir: str | Path, progress:
     ``chance`` = mean of 1 / options; ``halfway`` = :func:`halfway_score`; ``coverage`` over all items;
     ``by_category``: accuracy per question category (easy-VQA: colour / shape / yes/no)."""
     from mmfragile.runner import run_items
+    from mmfragile.studies.format_bias.prompts import exact_match_score
     from mmfragile.studies.format_bias.items import format_bias_items
     from mmfragile.store import ResultStore
 
     items = format_bias_items(model, questions, formats=[], include_standard=True)
     store = ResultStore(store_dir, config={"study": "zoo-mc-accuracy", "model": model.name, "n": len(questions)})
-    res = run_items(model, items, store, progress=progress)
+    res = run_items(model, items, store, exact_match_score, progress=progress)
     per_q = res.groupby("question_id").agg(correct=("correct", "mean"), n_options=("n_options", "first"),
                                            category=("category", "first"))
     acc, chance = float(per_q.correct.mean()), float((1 / per_q.n_options).mean())

@@ -3,6 +3,6 @@ items, metrics, mitigation, plots; the study-level API (run side and read side) 
 from mmfragile.studies.format_bias.items import *  # noqa: F401,F403
 from mmfragile.studies.format_bias.analysis import *  # noqa: F401,F403
 from mmfragile.studies.format_bias import analysis as _read, items as _run
-from mmfragile.studies.format_bias.study import STUDY, run_cp_ln, run_format_bias  # noqa: F401
+from mmfragile.studies.format_bias.study import STUDY  # noqa: F401
 
 __all__ = [*_run.__all__, *_read.__all__]

@@ -1,7 +1,7 @@
 """Study 1 (prompt-format bias in MC-VQA), the read side: read the grid and CP-LN result stores back in the shape
 :mod:`mmfragile.studies.format_bias.metrics` expects, and compare the mitigation methods as in Tab. 7. The run side
-(:mod:`~mmfragile.studies.format_bias.study`, :mod:`~mmfragile.studies.format_bias.items`) writes them: its
-``store_dir`` and ``run_config`` say where and under which config.
+(:mod:`~mmfragile.studies.format_bias.study`, :mod:`~mmfragile.studies.format_bias.items`) writes them: the study's
+``folder`` and each stage's store say where, ``run_config`` under which config.
 
 Paper: "Unexplored Flaws in Multiple-Choice VQA Evaluations" (seed ``format-bias-mcvqa``), Sec. 4-5, A.2-A.4,
 B.3, C. The notebooks ``30_format_bias_run`` (runs) and ``31``-``34`` (one per results section) are thin
@@ -10,11 +10,11 @@ wrappers around this module.
 Stores (each a resumable :class:`~mmfragile.store.ResultStore`):
 
 * ``<results_dir>/<model>/<dataset>`` - the 48-format x circular-shift grid plus the dataset's standard format
-  (variant ``standard|s<k>``) from :func:`mmfragile.runner.format_bias_items` / :func:`~mmfragile.runner.run_items`;
-  config ``{"study": "format-bias", "model", "dataset", "n", "formats"}`` - the same config the CLI's
-  ``mmfragile formats`` writes, so a CLI run and a notebook run resume each other.
-* ``<results_dir>/<model>/<dataset>/cp_ln`` - CP-LN log-likelihoods (:func:`run_cp_ln`), one row per question x
-  option (``variant`` = option index); config study ``format-bias-cp-ln``.
+  (variant ``standard|s<k>``), the ``grid`` stage; config ``{"model", "dataset", "n", "formats"}`` and the tag
+  ``{"study": "format-bias", "stage": "grid"}`` - the CLI and the notebooks both run :func:`mmfragile.study.run_study`,
+  so a CLI run and a notebook run resume each other.
+* ``<results_dir>/<model>/<dataset>/cp_ln`` - CP-LN log-likelihoods (the ``cp_ln`` stage), one row per question x
+  option (``variant`` = option index); tag stage ``cp_ln``.
 
 Column adapter (:func:`results_to_metrics_frame`): ``run_items`` stores ``option_ids`` = the option IDs shown
 (``["A", "B", "C"]``) and ``option_id_set`` = the ID-set level (``uppercase``); the metrics module calls the
@@ -58,11 +58,11 @@ import pandas as pd
 
 from mmfragile.models.spec import figure_note_for
 from mmfragile.paths import safe_name
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 from mmfragile.store import find_stores
 from mmfragile.studies.format_bias import metrics as fb
 from mmfragile.studies.format_bias import mitigation as mit
-from mmfragile.studies.format_bias.items import GRID_STUDY
+from mmfragile.studies.format_bias.items import STUDY_NAME
 from mmfragile.studies.format_bias.prompts import PromptFormat, standard_format as prompt_standard_format
 
 __all__ = [
@@ -89,12 +89,12 @@ def load_runs(results_dir: str | Path, stage: str = "grid") -> pd.DataFrame:
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such results folder")
     frames = []
-    for st in find_stores(root, GRID_STUDY, stage):
+    for st in find_stores(root, STUDY_NAME, stage):
         df = st.read()
         if len(df):
             frames.append(df)
     if not frames:
-        raise FileNotFoundError(f"{root}: no {GRID_STUDY}/{stage} result stores with rows under this folder")
+        raise FileNotFoundError(f"{root}: no {STUDY_NAME}/{stage} result stores with rows under this folder")
     df = pd.concat(frames, ignore_index=True)
     key = ["model", "dataset", "question_id", "variant"]
     return df[~df[key].astype(str).duplicated(keep="first")].reset_index(drop=True)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from mmfragile.budget import first_rows, merge_outcomes, rows_with_position
 from mmfragile.budget.estimator import GridSpec, Term
-from mmfragile.budget.validation import simulate_grid
+from mmfragile.budget.validation import EMBEDDED_GRID, simulate_grid
 from mmfragile.study import BudgetGrid
 from mmfragile.studies.format_bias import metrics as fb
 from mmfragile.studies.format_bias.prompts import PromptFormat, all_formats
@@ -29,7 +29,7 @@ FORMAT_BIAS = GridSpec("format-bias", unit="format", terms=(
     Term(("option_id_set", "answer_position"), 1.0), Term(("delimiter", "answer_position"), 1.0),
     Term(("separator", "answer_position"), 1.0), Term(("format", "answer_position"), 0.75),
     Term(("question",), 2.0), Term(("question", "answer_position"), 1.0),
-))
+), balance=("shift",))   # a question's cells spread over its circular shifts
 
 #: Circular-evaluation items per dataset (Tab. 5 "Circ. eval.").
 FORMAT_ITEMS: dict[str, int] = {"A-OKVQA": 4580, "HRBench-4K": 800, "MMBench": 4876, "MME-RealWorld-Lite": 9595,
@@ -75,4 +75,4 @@ def simulate_published(published: pd.DataFrame | None = None, datasets: Sequence
                      {**FORMAT_ITEMS, **(n_items or {})}, tau, rho, seed, max_items)
 
 
-GRID = BudgetGrid(FORMAT_BIAS, cells, simulate_published)
+GRID = BudgetGrid(FORMAT_BIAS, cells, simulate_published, embedded=EMBEDDED_GRID)

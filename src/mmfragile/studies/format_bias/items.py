@@ -1,10 +1,9 @@
 """Study 1's run side: the evaluation items - every question x prompt format x circular shift (Sec. 4.1), plus the
 dataset's standard format (Table 5) as variant ``standard`` - and where and under which config their rows are
-stored (:func:`store_dir`, :func:`run_config`, :func:`video_settings`); :mod:`~mmfragile.studies.format_bias.analysis`
+stored (:func:`run_config`, :func:`video_settings`); :mod:`~mmfragile.studies.format_bias.analysis`
 reads the stores back."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
@@ -13,16 +12,16 @@ from mmfragile.data.loaders import run_info
 from mmfragile.data.video import question_media
 from mmfragile.runner import EvalItem
 from mmfragile.models.base import MLLM
-from mmfragile.paths import safe_name
-from mmfragile.schema import DataError, MCQuestion, options_in_image, row_where, skip_or_raise
+from mmfragile.errors import DataError
+from mmfragile.schema import MCQuestion, options_in_image, row_where, skip_or_raise
 from mmfragile.studies.format_bias.prompts import (STANDARD_FORMATS, NoStandardFormat, PromptFormat, all_formats,
                                                    build_mc_prompt, circular_shifts)
 
-__all__ = ["GRID_STUDY", "STANDARD_FORMAT_COLUMN", "standard_formats_for", "format_bias_items", "store_dir", "run_config",
+__all__ = ["STUDY_NAME", "STANDARD_FORMAT_COLUMN", "standard_formats_for", "format_bias_items", "run_config",
            "video_settings", "run_info"]
 
-#: The study's name in its stores' config.
-GRID_STUDY = "format-bias"
+#: The study's registry name (:data:`mmfragile.studies.format_bias.study.STUDY`; the analyses find its stores by it).
+STUDY_NAME = "format-bias"
 #: Question-table column naming a question's standard format (a format name; what ``--standard-format`` sets).
 STANDARD_FORMAT_COLUMN = "standard_format"
 
@@ -33,8 +32,8 @@ def _no_standard_hint() -> str:
     example = PromptFormat().name
     return (f"pass one: format_bias_items(..., standard={example!r}) (a format name or PromptFormat for all "
             f"questions, or a {{dataset: format}} dict), or a {STANDARD_FORMAT_COLUMN!r} column of format names in "
-            "the question table (run_format_bias reads it too), or include_standard=False (format_bias_items, "
-            f"run_format_bias) to leave the standard variant out; command line: python -m mmfragile formats "
+            "the question table (run_study reads it too), or include_standard=False (format_bias_items; run_study: "
+            f"standard_format='none') to leave the standard variant out; command line: python -m mmfragile formats "
             f"--standard-format {example} (or --standard-format none)")
 
 
@@ -113,7 +112,7 @@ def format_bias_items(model: MLLM, questions: pd.DataFrame, formats: Sequence[Pr
     be put in a text prompt format and is refused.
 
     A question that cannot be turned into items (more options than an ID set has, an unreadable video,
-    options in the image) raises :class:`~mmfragile.schema.DataError` naming its file and row - or, with a
+    options in the image) raises :class:`~mmfragile.errors.DataError` naming its file and row - or, with a
     ``skipped`` list, is appended to it as ``{"file", "row", "reason"}`` and left out."""
     formats = list(formats) if formats is not None else all_formats()
     standards = standard_formats_for(questions, standard) if include_standard else [None] * len(questions)
@@ -164,22 +163,13 @@ def _question_format_items(model, q, rec, formats, circular, instruction, standa
 
 
 # ================================================================================================ stores
-def store_dir(results_dir: str | Path, model: str, dataset: str, kind: str = "grid") -> Path:
-    """``<results_dir>/<model>/<dataset>`` for the grid, ``.../cp_ln`` for CP-LN (names made path-safe)."""
-    root = Path(results_dir) / safe_name(model) / safe_name(dataset)
-    if kind == "grid":
-        return root
-    if kind == "cp_ln":
-        return root / "cp_ln"
-    raise ValueError(f"kind must be 'grid' or 'cp_ln', not {kind!r}")
-
-
 def run_config(model: str, dataset: str, n: int | None, formats: Sequence[str] | None = None,
                stage: str = "grid", video: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The store config (the keys ``mmfragile formats`` uses, so CLI and notebook runs share stores).
-    ``video`` (``n_frames``, ``fps``, ``video_bounds``) is added only for datasets with video questions, so
+    """A stage's store config (what changes its rows; the study's tag is added where the store is opened,
+    :meth:`mmfragile.study.Study.stage_store`). ``video`` (``n_frames``, ``fps``, ``video_bounds``) is added only for
+    datasets with video questions, so
     image-only stores keep their config."""
-    cfg: dict[str, Any] = {"study": GRID_STUDY, "stage": stage, "model": model, "dataset": dataset, "n": n}
+    cfg: dict[str, Any] = {"model": model, "dataset": dataset, "n": n}
     if stage == "grid":
         cfg["formats"] = None if formats is None else ",".join(formats)
     if video:

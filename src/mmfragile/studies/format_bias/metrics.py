@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from mmfragile.data import benchmarks
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 # --------------------------------------------------------------------------------------------------
 # constants

@@ -104,8 +104,8 @@ def pia(results: pd.DataFrame, dataset: str | None = None, n_options: int | None
     ``results`` columns: ``question_id``, ``answer`` (correct position in the shown order),
     ``selected`` (chosen position, -1 if out of coverage), and ``n_options`` (or pass
     ``n_options``). Rows are typically the N x O circular-evaluation items of one format
-    (Table 7: PIA complexity 4,580 = 1,145 x 4 on A-OKVQA), e.g. the output of
-    :func:`mmfragile.studies.format_bias.prompts.score_outputs`.
+    (Table 7: PIA complexity 4,580 = 1,145 x 4 on A-OKVQA), e.g. a grid store's rows of one format through
+    :func:`mmfragile.studies.format_bias.analysis.results_to_metrics_frame`.
 
     Ambiguity - what is N, "the number of questions"? Default: the number of distinct
     ``question_id`` (the unshifted questions, 1,145 on A-OKVQA). In circular evaluation

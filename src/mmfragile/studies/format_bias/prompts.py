@@ -46,11 +46,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-import pandas as pd
-
 from mmfragile.data import benchmarks
-from mmfragile.extraction import score_exact_match
-from mmfragile.schema import DataError, MCQuestion
+from mmfragile.errors import DataError
+from mmfragile.schema import MCQuestion
 
 # --------------------------------------------------------------------------------------
 # Factor levels (Table 1)
@@ -329,19 +327,6 @@ def shift_options(options: Sequence[str], answer: int, shift: int) -> tuple[list
     return shifted, (answer - shift) % n
 
 
-def circular_items(questions: pd.DataFrame) -> pd.DataFrame:
-    """Question table -> one row per (question, shift): the N x O items of circular evaluation.
-
-    Options are *not* rotated here; pass ``row.shift`` to :func:`build_mc_prompt`. Row count
-    is the sum of option counts (Table 5 "Circ. eval.", e.g. A-OKVQA 1,145 x 4 = 4,580).
-    """
-    rows = []
-    for rec in questions.to_dict("records"):
-        for k in circular_shifts(len(rec["options"])):
-            rows.append({**rec, "shift": k})
-    return pd.DataFrame(rows, columns=list(questions.columns) + ["shift"])
-
-
 # --------------------------------------------------------------------------------------
 # Prompt builder
 # --------------------------------------------------------------------------------------
@@ -466,19 +451,38 @@ def max_new_tokens_for(ids: Sequence[str], tokenizer_len_fn: Callable[[str], int
     return max(1, max(int(tokenizer_len_fn(i)) for i in ids))
 
 
-def score_outputs(raw_outputs: Sequence[str | None], prompts: Sequence[FormattedPrompt]) -> pd.DataFrame:
-    """Score a batch: one row per prompt with question_id, shift, format, answer (shifted index),
-    selected, covered, correct, raw_output."""
-    if len(raw_outputs) != len(prompts):
-        raise ValueError(f"{len(raw_outputs)} outputs for {len(prompts)} prompts")
-    rows = []
-    for out, p in zip(raw_outputs, prompts):
-        cov, cor, sel = score_exact_match(out, p.option_ids, p.answer_id)
-        rows.append({"dataset": p.dataset, "question_id": p.question_id, "shift": p.shift,
-                     **p.fmt.as_dict(), "format": p.fmt.name, "n_options": len(p.options),
-                     "answer": p.answer, "selected": sel, "covered": cov, "correct": cor,
-                     "raw_output": out})
-    return pd.DataFrame(rows)
+def score_exact_match(raw_output: str | None, option_ids: Sequence[str], answer_id: str) -> tuple[bool, bool, int]:
+    """Score one raw generation by exact match (Sec. A.3): ``(covered, correct, selected)``.
+
+    * ``covered``  - the output is one of the valid option IDs of this question (Eq. 6, s_i);
+    * ``correct``  - the output equals the ground-truth ID;
+    * ``selected`` - index of the matched ID in ``option_ids`` (the selected option position),
+      or ``-1`` when not covered.
+
+    Rule: the output is stripped of leading/trailing whitespace and then compared to the IDs
+    exactly, case-sensitive, with no answer extraction. Justification: A.3 evaluates "directly
+    on the model's generated output sequence without applying any answer extraction
+    mechanism" and counts "A." or "A)" as wrong for label "A", so punctuation, brackets and
+    extra words always fail; case is part of the ID because the ID set (uppercase vs lowercase,
+    "II" vs "ii") is the factor under study, so "a" is not a valid answer to A/B/C/D (and is the
+    only valid form for a/b/c/d). Whitespace is the one thing removed: the budget is the
+    token length of the longest ID (A.4), decoders often emit the ID as a word-initial piece
+    (" A", "▁A") or a trailing newline, and A.3 never lists whitespace as a failure. ``None``
+    or an empty/whitespace output is out of coverage and incorrect - never dropped.
+    """
+    out = "" if raw_output is None else str(raw_output).strip()
+    ids = [str(i) for i in option_ids]
+    if out in ids:
+        sel = ids.index(out)
+        return True, out == str(answer_id), sel
+    return False, False, -1
+
+
+def exact_match_score(raw: str | None, item: Any) -> dict[str, Any]:
+    """The grid stage's score of one output (an :class:`~mmfragile.runner.EvalItem`'s): :func:`score_exact_match`
+    as the stored columns ``covered``, ``correct`` and ``selected_position``."""
+    covered, correct, selected = score_exact_match(raw, item.option_ids, item.answer_id)
+    return {"covered": covered, "correct": correct, "selected_position": selected}
 
 
 __all__ = [
@@ -486,6 +490,6 @@ __all__ = [
     "PAPER_INSTRUCTION", "VSTAR_INSTRUCTION", "INSTRUCTIONS", "instruction_text",
     "PromptFormat", "option_ids_for", "all_formats", "STANDARD_FORMATS", "INFERRED_STANDARD", "standard_format",
     "NoStandardFormat",
-    "circular_shifts", "shift_options", "circular_items", "FormattedPrompt", "build_mc_prompt",
-    "ClozePrompt", "build_cloze_prompt", "max_new_tokens_for", "score_exact_match", "score_outputs",
+    "circular_shifts", "shift_options", "FormattedPrompt", "build_mc_prompt",
+    "ClozePrompt", "build_cloze_prompt", "max_new_tokens_for", "score_exact_match", "exact_match_score",
 ]

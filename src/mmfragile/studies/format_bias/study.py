@@ -6,7 +6,6 @@ notebook ``30_format_bias_run`` run it; :mod:`mmfragile.studies.format_bias.anal
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pandas as pd
@@ -14,18 +13,17 @@ import pandas as pd
 from mmfragile.data.video import question_media
 from mmfragile.errors import UsageError
 from mmfragile.models.base import MLLM
-from mmfragile.runner import EvalItem, exact_match_score
-from mmfragile.schema import DataError, MCQuestion, skip_or_raise
-from mmfragile.shards import Shard
-from mmfragile.store import ResultStore
-from mmfragile.study import (Param, RunContext, Stage, StageTask, Study, csv_list, register, run_stage,
-                             stored_keys)
+from mmfragile.runner import EvalItem
+from mmfragile.errors import DataError
+from mmfragile.schema import MCQuestion, skip_or_raise
+from mmfragile.study import (Param, RunContext, Stage, Study, csv_list, register)
 from mmfragile.studies.format_bias import budget, report
-from mmfragile.studies.format_bias.items import (STANDARD_FORMAT_COLUMN, format_bias_items, run_config, run_info,
-                                                 standard_formats_for, video_settings)
-from mmfragile.studies.format_bias.prompts import NoStandardFormat, PromptFormat, build_cloze_prompt
+from mmfragile.studies.format_bias.items import (STANDARD_FORMAT_COLUMN, STUDY_NAME, format_bias_items, run_config,
+                                                 run_info, standard_formats_for, video_settings)
+from mmfragile.studies.format_bias.prompts import (NoStandardFormat, PromptFormat, build_cloze_prompt,
+                                                   exact_match_score)
 
-__all__ = ["STUDY", "run_format_bias", "run_cp_ln", "cloze_items", "cp_ln_score", "no_standard_message"]
+__all__ = ["STUDY", "cloze_items", "cp_ln_score", "no_standard_message"]
 
 PARAMS = (
     Param("formats", None, "format names (default: all 48 of Table 1)", csv_list),
@@ -133,7 +131,7 @@ def no_standard_message(e: NoStandardFormat) -> str:
 
 
 STUDY = register(Study(
-    name="format-bias",
+    name=STUDY_NAME,
     title="Prompt-format bias in multiple-choice VQA (48 formats x circular evaluation)",
     paper="format-bias-mcvqa",
     params=PARAMS,
@@ -142,7 +140,7 @@ STUDY = register(Study(
         Stage("grid", units=lambda ctx: ctx.data.to_dict("records"), items=grid_items,
               score=lambda model, params: exact_match_score, config=_config, budget=budget.GRID,
               run_kw=lambda p: {"mode": p["mode"], "batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
-        Stage("cp_ln", store="cp_ln", units=lambda ctx: ctx.data.to_dict("records"), items=cloze_items,
+        Stage("cp_ln", subfolder="cp_ln", units=lambda ctx: ctx.data.to_dict("records"), items=cloze_items,
               score=lambda model, params: cp_ln_score, config=lambda ctx: _config(ctx, "cp_ln"),
               when=lambda p: p["cp_ln"], run_kw=lambda p: {"batch_size": p["batch_size"]}, unit="option"),
     ),
@@ -160,44 +158,3 @@ def _per_format(rows: pd.DataFrame) -> pd.DataFrame:
         return rows
     acc = rows.groupby("format")[["correct", "covered"]].mean().mul(100).round(1)
     return acc.sort_values("correct", ascending=False)
-
-
-# ============================================================================================== API
-def run_format_bias(model: MLLM, questions: pd.DataFrame, store: ResultStore, *, shard: Shard | str | None = None,
-                    budget: float | int | None = None, budget_seed: int = 0, adaptive: bool = False,
-                    progress: bool = True, **params: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The grid stage on a question table into ``store`` (what notebooks and tests call with a loaded model);
-    returns the store's table and timing ``{n_questions, n_new, n_new_questions, seconds, s_per_question,
-    s_per_item}`` (per *newly evaluated* question / row; NaN if nothing was left to run). ``params``: the
-    study's parameters (``formats`` as names or :class:`PromptFormat` s, ``mode``, ...)."""
-    if params.get("formats"):
-        params["formats"] = [f.name if isinstance(f, PromptFormat) else str(f) for f in params["formats"]]
-    if budget is not None and Shard.parse(shard).count > 1:
-        raise ValueError("a budgeted run chooses its cells over the whole grid: run it without --shard")
-    store.add_skipped_rows(run_info(questions, [])["skipped_rows"])
-    before, t0 = stored_keys(store), time.perf_counter()
-    task = StageTask("format-bias", "grid", tuple(sorted(STUDY.resolve(params).items())), budget, adaptive,
-                     budget_seed, progress=progress)
-    run_stage(task, model, questions.to_dict("records"), store, shard, _dataset_name(questions))
-    dt = time.perf_counter() - t0
-    new = stored_keys(store) - before
-    n_q = len({k[:2] for k in new})
-    timing = {"n_questions": len(Shard.parse(shard).questions(questions)), "n_new": len(new), "n_new_questions": n_q,
-              "seconds": dt, "s_per_question": dt / n_q if n_q else float("nan"),
-              "s_per_item": dt / len(new) if new else float("nan")}
-    return store.read(), timing
-
-
-def _dataset_name(questions: pd.DataFrame) -> str | None:
-    """The dataset the provenance names: the spec the table was loaded from (None for a table made by hand)."""
-    return questions.attrs.get("spec")
-
-
-def run_cp_ln(model: MLLM, questions: pd.DataFrame, store: ResultStore, *, progress: bool = True,
-              shard: Shard | str | None = None, **params: Any) -> pd.DataFrame:
-    """The CP-LN stage on a question table into ``store`` (one row per question x option: ``option,
-    option_text, logprob, n_tokens, mean_logprob, answer, n_options, category, modality``); resumable."""
-    store.add_skipped_rows(run_info(questions, [])["skipped_rows"])
-    task = StageTask("format-bias", "cp_ln", tuple(sorted(STUDY.resolve(params).items())), progress=progress)
-    run_stage(task, model, questions.to_dict("records"), store, shard, _dataset_name(questions))
-    return store.read()

@@ -5,5 +5,4 @@ from mmfragile.studies.judgebias.analysis import *  # noqa: F401,F403
 from mmfragile.studies.judgebias import analysis as _read, items as _run
 
 __all__ = [*_run.__all__, *_read.__all__]
-from mmfragile.studies.judgebias.study import (STUDY, JudgeData, generate_responses, pair_items, run_judge,  # noqa: F401
-                                               run_pairwise, score_items)
+from mmfragile.studies.judgebias.study import STUDY, JudgeData, pair_items, score_items  # noqa: F401

@@ -37,7 +37,7 @@ either of two shapes:
 
 Image fields may be a path (absolute, or relative to the record's file, to ``images_dir`` or to
 an ``images/`` folder next to the file), a ``{"path": ...}`` or ``{"bytes": <base64>}`` dict, or a
-list of those. Bad input raises :class:`~mmfragile.schema.DataError` naming the file and row.
+list of those. Bad input raises :class:`~mmfragile.errors.DataError` naming the file and row.
 """
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ import numpy as np
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from mmfragile.data.images import store_image_bytes
-from mmfragile.schema import DataError, check_image, row_error
+from mmfragile.errors import DataError, row_error
+from mmfragile.schema import check_image
 from mmfragile.studies.judgebias.catalog import UNPERTURBED
 
 __all__ = ["make_judge_set", "make_easy_vqa_judge_set", "EASY_VQA_JUDGE_DATASET", "load_judge_dir", "load_judge_dataset", "RELEASE_DATASET", "MANIFEST_NAME", "COLORS",

@@ -8,15 +8,16 @@ Pipeline (Sec. 3-4 of the seed):
 1. :func:`build_judge_conditions` - every unbiased sample plus its biased counterparts under the nine
    perturbations of Table 1 (:mod:`mmfragile.studies.judgebias.perturbations`), with an audit copy of every judged
    input (PNG + JSON sidecar) and a manifest.
-2. :func:`run_judge` - the score-wise judgment (App. E, Fig. 11 prompt, :func:`~mmfragile.studies.judgebias.prompts.score_prompt`)
-   of every condition, ``runs`` times, into a resumable :class:`~mmfragile.store.ResultStore`; raw output,
+2. the ``scores`` stage (:func:`mmfragile.study.run_study`) - the score-wise judgment (App. E, Fig. 11 prompt,
+   :func:`~mmfragile.studies.judgebias.prompts.score_prompt`) of every condition, ``runs`` times, into a resumable
+   :class:`~mmfragile.store.ResultStore`; raw output,
    parsed score and - for an unparseable output - ``score = NaN``, ``status = "unparseable"`` and the
-   parser's reason in ``parse_error`` (counted in the returned :class:`JudgeRunReport`, never defaulted).
-3. :func:`run_pairwise` - the pairwise judgment (Fig. 12 prompt) for position bias (:func:`position_pairs`,
+   parser's reason in ``parse_error`` (counted, never defaulted: :func:`parse_failure_table`).
+3. the ``pairwise`` stage - the pairwise judgment (Fig. 12 prompt) for position bias (:func:`position_pairs`,
    swap-and-check) and verbosity bias (:func:`verbosity_pairs`, balanced positions), App. H.
 4. Self-enhancement (Sec. 4.3, App. H: "auditing the logs from our main experiments" - i.e. *pointwise*
-   scores grouped by the model that wrote the response): :func:`generate_responses` has each generator
-   (the judge itself and other models) answer the unbiased queries, :func:`run_judge` scores them; the
+   scores grouped by the model that wrote the response): the ``responses`` stage has each generator
+   (the judge itself and other models) answer the unbiased queries, the ``selfgen`` stage scores them; the
    ``generator`` column feeds :func:`mmfragile.studies.judgebias.metrics.self_enhancement`.
 5. :func:`judgment_table`, :func:`position_table`, :func:`verbosity_table`, :func:`selfgen_table` turn the
    stored rows into the tables of :mod:`mmfragile.studies.judgebias.metrics`.
@@ -70,13 +71,12 @@ from mmfragile.studies.judgebias.prompts import (SCORE_VARIANTS, ScoreParseError
                                                  parse_score_or_na)
 from mmfragile.shards import question_group
 from mmfragile.paths import safe_name
-from mmfragile.store import ResultStore
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "DATASET", "SELFGEN_DATASET",
     "EXPERIMENTS", "applicable", "unavailable", "scene_description", "scene_captioner", "build_judge_conditions",
-    "release_conditions", "judgment_seed", "JudgeRunReport", "parse_prompt_variant", "sample_group", "PairItem",
+    "release_conditions", "judgment_seed", "parse_prompt_variant", "sample_group", "PairItem",
     "position_pairs", "verbosity_pairs", "make_verbose", "alternative_response", "reference_responses",
-    "selfgen_samples", "selfgen_sample", "selfgen_group", "open_stores", "store_config", "can_take",
+    "selfgen_samples", "selfgen_sample", "selfgen_group", "can_take",
     "check_decoding", "choice_row", "sample_dataset", "score_row"]
 
 #: Judge output budget. The paper allows 16384 tokens (Sec. 4.1); on CPU we cap it. SmolLM2 usually writes
@@ -256,8 +256,8 @@ def release_conditions(samples: Sequence[JudgeSample],
     (:func:`mmfragile.studies.judgebias.data.load_judge_dir`, paired shape) ``("original", unbiased)`` and
     ``(bias_type, biased)`` - the benchmark's fixed pairs (Sec. 3.4), no perturbation is regenerated.
     Records whose bias type is not in ``perturbations`` are left out; an unknown bias type is a
-    :class:`~mmfragile.schema.DataError` naming the record's file and row."""
-    from mmfragile.schema import DataError
+    :class:`~mmfragile.errors.DataError` naming the record's file and row."""
+    from mmfragile.errors import DataError
 
     wanted = [p for p in dict.fromkeys(str(p) for p in perturbations) if p != UNPERTURBED]
     unknown = [p for p in wanted if p not in PERTURBATIONS]
@@ -301,31 +301,6 @@ def check_decoding(decoding: str, runs: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-@dataclass
-class JudgeRunReport:
-    """What a :func:`run_judge` / :func:`run_pairwise` call did, and the parse outcome of all stored rows of
-    this judge (and prompt variant / experiments) in the store."""
-
-    judge: str
-    variant: str
-    n_rows: int = 0            # stored rows of this judge/variant (old + new)
-    n_new: int = 0             # rows written by this call
-    n_ok: int = 0
-    n_unparseable: int = 0
-    n_abstained: int = 0
-    n_skipped: int = 0         # conditions the judge cannot take (images for a text-only judge)
-    skipped: list = field(default_factory=list)
-
-    @property
-    def parse_failure_rate(self) -> float:
-        return self.n_unparseable / self.n_rows if self.n_rows else float("nan")
-
-    def __str__(self) -> str:
-        return (f"{self.judge} [{self.variant}]: {self.n_rows} rows ({self.n_new} new), {self.n_ok} parsed, "
-                f"{self.n_unparseable} unparseable ({self.parse_failure_rate:.1%}), {self.n_abstained} N/A, "
-                f"{self.n_skipped} skipped")
-
-
 def parse_prompt_variant(variant: str) -> tuple[str, bool]:
     """``"original"``, ``"score_guide"``, ``"constraints"``, ``"reasoning"`` (Tables 4/16), ``"na"``
     (= original with the N/A option, Table 3) or ``"<variant>+na"`` -> (score-prompt variant, allow_na)."""
@@ -506,16 +481,3 @@ def reference_responses(samples: Sequence[JudgeSample], kind: str = "good", name
 
 
 # ---------------------------------------------------------------------------------------------- stores, tables
-def store_config(**extra: Any) -> dict[str, Any]:
-    """The configuration a results folder is created with (checked on resume by :class:`ResultStore`)."""
-    return {"study": "judge", **extra}
-
-
-def open_stores(results_dir: str | Path, config: Mapping[str, Any] | None = None) -> tuple[ResultStore, ResultStore]:
-    """(score store, pairwise store) under ``results_dir/scores`` and ``results_dir/pairwise``."""
-    root = Path(results_dir)
-    cfg = dict(config) if config is not None else None
-    return (ResultStore(root / "scores", None if cfg is None else {**cfg, "stage": "scores"}),
-            ResultStore(root / "pairwise", None if cfg is None else {**cfg, "stage": "pairwise"}))
-
-

@@ -71,7 +71,7 @@ import pandas as pd
 
 from mmfragile import bootstrap
 from mmfragile.studies.judgebias.catalog import DIMENSIONS, PERTURBATION_INFO, PERTURBATION_NAMES, UNPERTURBED
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 __all__ = [
     "PERTURBATIONS", "DIMENSIONS", "DIMENSION_OF", "METRIC_OF", "BD_TYPES", "BC_TYPES", "SHORT_NAMES",
@@ -105,7 +105,7 @@ _STATUSES = ("ok", "unparseable", "na")
 def validate_judgments(df: pd.DataFrame, scale: int = 10, source: str = "<judgments>") -> pd.DataFrame:
     """Check a judgment table and return a copy with ``run`` and ``status`` filled in.
 
-    Raises :class:`~mmfragile.schema.DataError` naming ``source`` and the row for a missing column,
+    Raises :class:`~mmfragile.errors.DataError` naming ``source`` and the row for a missing column,
     an unknown status, a score outside ``1..scale`` or non-integer, an ``ok`` row without score,
     or a duplicate (judge, sample_id, perturbation, run).
     """

@@ -24,23 +24,23 @@ from mmfragile.errors import UsageError
 from mmfragile.models.base import MLLM, Prompt
 from mmfragile.models.spec import ModelSpec
 from mmfragile.runner import EvalItem, ScoreFn
-from mmfragile.shards import Shard, question_group
+from mmfragile.shards import question_group
 from mmfragile.store import ResultStore
-from mmfragile.study import Param, RunContext, Stage, StageTask, Study, csv_list, register, run_stage
+from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
 from mmfragile.studies.judgebias.analysis import bias_table, parse_failure_table
 from mmfragile.studies.judgebias.items import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
-                                               EXPERIMENTS, JudgeRunReport, PairItem, build_judge_conditions, can_take,
+                                               EXPERIMENTS, PairItem, build_judge_conditions, can_take,
                                                check_decoding, choice_row, judgment_seed, parse_prompt_variant,
                                                position_pairs, reference_responses, release_conditions, sample_dataset,
                                                sample_group, score_row, selfgen_group, selfgen_sample, selfgen_samples,
-                                               store_config, unavailable, verbosity_pairs)
+                                               unavailable, verbosity_pairs)
 from mmfragile.studies.judgebias.data import (EASY_VQA_JUDGE_DATASET, JudgeSample, load_judge_dataset,
                                                make_easy_vqa_judge_set, make_judge_set)
 from mmfragile.studies.judgebias.metrics import PERTURBATIONS
 from mmfragile.studies.judgebias.prompts import pairwise_prompt, score_prompt
 from mmfragile.studies.judgebias.report import report as judge_report
 
-__all__ = ["STUDY", "JudgeData", "run_judge", "run_pairwise", "generate_responses", "score_items", "pair_items"]
+__all__ = ["STUDY", "JudgeData", "score_items", "pair_items", "judge_samples_name"]
 
 PARAMS = (
     Param("n_samples", 8, "image scenes of the synthetic judge set (release: samples read)", int),
@@ -82,9 +82,21 @@ def _builtin_set(dataset: str | None):
     return make_easy_vqa_judge_set if dataset == EASY_VQA_JUDGE_DATASET else None
 
 
+def judge_samples_name(samples: Any) -> str:
+    """The dataset name judge samples given to ``run_study`` are stored under: their datasets'; anything but a
+    non-empty list of :class:`JudgeSample` raises, naming what to pass."""
+    if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence) or not samples \
+            or not all(isinstance(s, JudgeSample) for s in samples):
+        raise ValueError("dataset: the judge study reads a dataset spec (synthetic, easy-vqa-judge, "
+                         "judge-dir:<file> - docs/judge-data.md - or mm-judgebias:<data>) or a non-empty list of "
+                         f"JudgeSample (make_judge_set), not a {type(samples).__name__}")
+    return "+".join(sorted({sample_dataset(s) for s in samples}))
+
+
 def load(ctx: RunContext) -> JudgeData:
-    """A generated judge set (``dataset`` "synthetic" or "easy-vqa-judge", written under ``<folder>/data``), a user's
-    flat records (``judge-dir:<file or folder>``, docs/judge-data.md) - both perturbed here, the judged inputs saved
+    """Judge samples given in memory (a list of :class:`JudgeSample`), a generated judge set (``dataset``
+    "synthetic" or "easy-vqa-judge", written under ``<folder>/data``), a user's flat records
+    (``judge-dir:<file or folder>``, docs/judge-data.md) - these three perturbed here, the judged inputs saved
     for audit under ``<folder>/audit`` - or the released benchmark's own pairs (``mm-judgebias:<data>[::<images>]``).
     A perturbation no record can take is left out with a warning and listed in ``run_info["left_out"]``."""
     p = ctx.params
@@ -94,11 +106,10 @@ def load(ctx: RunContext) -> JudgeData:
                          "--decoding sample (the default: seeded runs) needs: pass --decoding greedy")
     if ctx.n is not None:  # accepted by every study's command line, but a judge set is counted in samples
         raise UsageError(f"the judge study takes --n-samples N (n_samples=; default {p['n_samples']}), not --n")
-    if ctx.table is not None:
-        raise ValueError("the judge study reads judge samples, not a question table: pass dataset='judge-dir:<file>' "
-                         "(docs/judge-data.md) or 'mm-judgebias:<data>'")
     bad: list[dict] = []
-    if _builtin_set(ctx.dataset):
+    if ctx.table is not None:   # samples given in memory (judge_samples_name checked them)
+        samples = list(ctx.table)
+    elif _builtin_set(ctx.dataset):
         samples = _builtin_set(ctx.dataset)(p["n_samples"], p["seed"], ctx.folder / "data")
     else:
         samples = load_judge_dataset(ctx.dataset, n=p["n_samples"], skipped=bad if p["skip_bad_rows"] else None)
@@ -114,15 +125,13 @@ def load(ctx: RunContext) -> JudgeData:
     return JudgeData(samples, conditions)
 
 
-def _config(kind: str):
-    def config(ctx: RunContext) -> dict[str, Any]:
-        p = ctx.params
-        extra = {} if ctx.dataset in (None, "synthetic", DATASET) else {"dataset": ctx.dataset}
-        return {**store_config(seed=p["seed"], n_samples=p["n_samples"], max_new_tokens=p["max_new_tokens"],
-                               decoding=p["decoding"], temperature=p["temperature"], top_p=p["top_p"],
-                               pairwise_max_new_tokens=p["pairwise_max_new_tokens"],
-                               generator_max_new_tokens=p["generator_max_new_tokens"], **extra), "stage": kind}
-    return config
+def _config(ctx: RunContext) -> dict[str, Any]:
+    """Every judge stage's store config: what changes its rows (the tag is added by the runner)."""
+    p = ctx.params
+    extra = {} if ctx.dataset in (None, "synthetic", DATASET) else {"dataset": ctx.dataset}
+    keys = ("seed", "n_samples", "max_new_tokens", "decoding", "temperature", "top_p", "pairwise_max_new_tokens",
+            "generator_max_new_tokens")
+    return {**{k: p[k] for k in keys}, **extra}
 
 
 def _decoding(params: dict, seed: int) -> dict[str, Any]:
@@ -175,7 +184,7 @@ def score_items(judge: MLLM, units: Sequence[tuple[str, JudgeSample]], params: d
     return items
 
 
-def score_score(judge: MLLM, params: dict) -> ScoreFn:
+def judgment_score(judge: MLLM, params: dict) -> ScoreFn:
     return lambda raw, item: score_row(raw, item.key["allow_na"])
 
 
@@ -282,18 +291,18 @@ STUDY = register(Study(
     params=PARAMS,
     load=load,
     stages=(
-        Stage("scores", store="scores", units=lambda ctx: ctx.data.conditions, items=score_items, score=score_score,
-              config=_config("scores"), group_of=lambda unit: sample_group(unit[1]), run_kw=_batch, unit="judgment"),
-        Stage("pairwise", store="pairwise", units=pair_units,
+        Stage("scores", subfolder="scores", units=lambda ctx: ctx.data.conditions, items=score_items,
+              score=judgment_score, config=_config, group_of=lambda unit: sample_group(unit[1]), run_kw=_batch, unit="judgment"),
+        Stage("pairwise", subfolder="pairwise", units=pair_units,
               items=pair_items, score=lambda judge, params: lambda raw, item: choice_row(raw),
-              config=_config("pairwise"), group_of=pair_group, when=lambda p: p["pairwise"], run_kw=_batch,
+              config=_config, group_of=pair_group, when=lambda p: p["pairwise"], run_kw=_batch,
               unit="judgment"),
-        Stage("responses", store="responses", units=lambda ctx: selfgen_samples(ctx.data.samples),
-              items=response_items, score=lambda model, params: _response_score, config=_config("responses"),
+        Stage("responses", subfolder="responses", units=lambda ctx: selfgen_samples(ctx.data.samples),
+              items=response_items, score=lambda model, params: _response_score, config=_config,
               group_of=sample_group, when=lambda p: p["self_generators"] is not None, models=_generators,
               run_kw=_batch, unit="response"),
-        Stage("selfgen", store="scores", units=selfgen_units, items=_selfgen_items, score=score_score,
-              config=_config("scores"), group_of=lambda unit: selfgen_group(unit[1]),
+        Stage("selfgen", subfolder="scores", units=selfgen_units, items=_selfgen_items, score=judgment_score,
+              config=_config, group_of=lambda unit: selfgen_group(unit[1]),
               when=lambda p: p["self_generators"] is not None, run_kw=_batch, unit="judgment"),
     ),
     summarize=_summarize,
@@ -301,72 +310,7 @@ STUDY = register(Study(
     default_model="smollm2-vlm",
     default_dataset="synthetic",
     needs_dataset=False,
+    data_name=judge_samples_name,
     report=judge_report,
     report_stages=("scores", "pairwise"),
 ))
-
-
-# ============================================================================================== API
-def _report(store: ResultStore, judge: str, variant: str, pairwise: bool, n_new: int) -> JudgeRunReport:
-    report = JudgeRunReport(judge=judge, variant=variant, n_new=n_new)
-    rows = store.read()
-    if rows.empty:
-        return report
-    rows = rows[rows["model"] == judge]
-    if pairwise:
-        rows = rows[rows["experiment"].notna()] if "experiment" in rows.columns else rows.iloc[:0]
-    else:
-        rows = rows[rows["prompt_variant"] == variant]
-        if "experiment" in rows.columns:
-            rows = rows[rows["experiment"].isna()]
-    report.n_rows = len(rows)
-    report.n_ok = int((rows["status"] == "ok").sum())
-    report.n_unparseable = int((rows["status"] == "unparseable").sum())
-    report.n_abstained = int((rows["status"] == "na").sum())
-    return report
-
-
-def run_judge(judge: MLLM, conditions: Sequence[tuple[str, JudgeSample]], store: ResultStore, runs: int = 1,
-              variant: str = "original", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *, shard: Shard | str | None = None,
-              progress: bool = True, stop_after: int | None = None, **params: Any) -> JudgeRunReport:
-    """The score-wise stage on ``conditions`` into ``store`` (resumable), for one prompt ``variant``; returns a
-    report of this judge's stored rows of that variant. ``params``: the study's (``decoding``, ``seed`` ...)."""
-    p = STUDY.resolve({**params, "runs": runs, "prompt_variants": [variant], "max_new_tokens": max_new_tokens})
-    check_decoding(p["decoding"], runs)
-    before = len(store)
-    run_stage(StageTask("judge", "scores", tuple(sorted(p.items())), progress=progress, stop_after=stop_after),
-              judge, list(conditions), store, shard)
-    report = _report(store, judge.name, variant, False, len(store) - before)
-    report.skipped = [(c, s.sample_id, "text-only judge; the input has an image") for c, s in conditions
-                      if not can_take(judge, len(s.images))]
-    report.n_skipped = len(report.skipped)
-    return report
-
-
-def run_pairwise(judge: MLLM, pairs: Sequence[PairItem], store: ResultStore, runs: int = 1,
-                 max_new_tokens: int = 64, *, shard: Shard | str | None = None, progress: bool = True,
-                 **params: Any) -> JudgeRunReport:
-    """The pairwise stage on ``pairs`` into ``store`` (resumable); a report of this judge's pairwise rows."""
-    p = STUDY.resolve({**params, "runs": runs, "pairwise_max_new_tokens": max_new_tokens})
-    check_decoding(p["decoding"], runs)
-    before = len(store)
-    run_stage(StageTask("judge", "pairwise", tuple(sorted(p.items())), progress=progress), judge, list(pairs), store,
-              shard)
-    report = _report(store, judge.name, "pairwise", True, len(store) - before)
-    report.skipped = [(it.experiment, it.sample_id, "text-only judge; the input has an image") for it in pairs
-                      if not can_take(judge, len(it.images))]
-    report.n_skipped = len(report.skipped)
-    return report
-
-
-def generate_responses(generator: MLLM, samples: Sequence[JudgeSample], store: ResultStore, *,
-                       max_new_tokens: int = 48, progress: bool = False) -> list[JudgeSample]:
-    """``generator``'s greedy answers to one sample per item (the ``responses`` stage, resumable in ``store``) as
-    new unbiased samples ``<item_id>@<generator>`` of dataset ``<dataset>-selfgen`` (:func:`selfgen_sample`)."""
-    p = STUDY.resolve({"generator_max_new_tokens": max_new_tokens})
-    sources = selfgen_samples(samples)
-    run_stage(StageTask("judge", "responses", tuple(sorted(p.items())), progress=progress), generator, sources, store)
-    rows = store.read()
-    got = {str(q): r for m, q, r in zip(rows["model"], rows["question_id"], rows["response"]) if m == generator.name}
-    return [selfgen_sample(s, got[str(s.meta.get("item_id", s.sample_id))], generator.name) for s in sources
-            if str(s.meta.get("item_id", s.sample_id)) in got]

@@ -11,7 +11,6 @@ the shared layers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -77,7 +76,7 @@ def _stage(alternative: str | None) -> Stage:
     alt = ALTERNATIVES.get(alternative)
     return Stage(
         alternative or "reference", units=lambda ctx: ctx.data.units, items=_items(alternative), score=_score,
-        config=_config, store=STORE,
+        config=_config, subfolder=STORE,
         when=(lambda p: True) if alt is None else (lambda p: alternative in p["alternatives"]),
         models=None if alt is None else (lambda ctx: [as_spec(ctx.model, **alt.spec_kwargs,
                                                               name=f"{ctx.model_name}{SEPARATOR}{alt.name}")]),

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from mmfragile.models.spec import figure_note_for  # noqa: F401  (re-exported)
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 from mmfragile.store import find_stores
 from mmfragile.studies.promptception.extraction import read_answers
 

@@ -3,7 +3,8 @@
 The ``prompts`` stage scores every answer with what needs no model (regex, refusal heuristic, option-text
 match); an answer only the extractor model can resolve is stored as ``extraction_stage == "pending"``. The
 ``extraction`` stage (run when the study's ``extractor`` parameter names a model) turns each pending answer into one
-request - the Fig. 7 / Fig. 8 prompt of :func:`mmfragile.extraction.build_extraction_prompt` - sent to the
+request - the Fig. 7 / Fig. 8 prompt of :func:`mmfragile.studies.promptception.answers.build_extraction_prompt` - sent
+to the
 extractor through :func:`mmfragile.runner.run_items`: batched, resumable, with progress, stored in
 ``<folder>/extraction`` beside the answers (key ``model`` = the extractor, ``answer_model`` = who answered).
 
@@ -19,7 +20,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from mmfragile.extraction import ExtractionResult, build_extraction_prompt, is_refusal, read_extractor_output
+from mmfragile.studies.promptception.answers import (ExtractionResult, build_extraction_prompt, is_refusal,
+                                                    read_extractor_output)
 from mmfragile.models.base import Prompt
 from mmfragile.runner import EvalItem, ScoreFn
 from mmfragile.schema import MCQuestion

@@ -25,28 +25,28 @@ Protocol (seed ``promptception``):
   paper, N = 16-64 depending on the model; here ``n_frames`` / ``fps`` per run).
 
 Results go through :func:`mmfragile.runner.run_items` into a resumable
-:class:`~mmfragile.store.ResultStore` at ``<results_dir>/<model>/<dataset>`` (:func:`store_dir`).
+:class:`~mmfragile.store.ResultStore` at ``<results_dir>/<model>/<dataset>`` (the study's ``folder``).
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pandas as pd
 
 from mmfragile.runner import EvalItem
-from mmfragile.extraction import ExtractionResult, resolve_without_model
+from mmfragile.studies.promptception.answers import ExtractionResult, resolve_without_model
 from mmfragile.models.base import MLLM
 from mmfragile.data.video import frame_indices, question_media, sample_frames  # noqa: F401  (re-exported)
 from mmfragile.studies.promptception.prompts import BASELINE_ID, get_prompt_type, prompt_ids as catalog_prompt_ids
-from mmfragile.schema import DataError, MCQuestion, row_where, skip_or_raise
+from mmfragile.errors import DataError
+from mmfragile.schema import MCQuestion, row_where, skip_or_raise
 from mmfragile.models.spec import ModelSpec, spec_of
-from mmfragile.paths import safe_name
 from mmfragile.studies.promptception.extraction import PENDING, answer_columns
 
-__all__ = ["DEFAULT_MAX_NEW_TOKENS", "MODALITY_ORDER", "PromptceptionItem", "promptception_items", "resolve_model_kind", "make_score_fn", "frame_indices", "sample_frames", "select_questions", "store_dir", "run_config"]
+__all__ = ["DEFAULT_MAX_NEW_TOKENS", "MODALITY_ORDER", "PromptceptionItem", "promptception_items",
+           "resolve_model_kind", "make_score_fn", "frame_indices", "sample_frames", "select_questions", "run_config"]
 
 #: Generation limit of every prompt (see the module docstring).
 DEFAULT_MAX_NEW_TOKENS = 48
@@ -159,8 +159,9 @@ def make_score_fn(exclude_refusals: bool = False, match_text: bool = False,
                   stage2: bool = False) -> Callable[[str, EvalItem], dict[str, Any]]:
     """A ``run_items`` score function applying what needs no model of the two-stage extraction of Appendix E.
 
-    Stage 1 is the regex of :func:`mmfragile.extraction.extract_letter_regex`. ``match_text`` adds
-    :func:`mmfragile.extraction.match_option_text` after it (a response that names exactly one option's text; stage
+    Stage 1 is the regex of :func:`mmfragile.studies.promptception.answers.extract_letter_regex`. ``match_text`` adds
+    :func:`mmfragile.studies.promptception.answers.match_option_text` after it (a response that names exactly one
+    option's text; stage
     "text"), a free stand-in for a weak or absent stage-2 model. An answer neither resolves is "failed", or with
     ``stage2`` (the study has an extractor) "pending": the study's ``extraction`` stage sends it to the extractor
     model as its own batched request (:mod:`mmfragile.studies.promptception.extraction`), with the Fig. 7 prompt, or
@@ -174,7 +175,7 @@ def make_score_fn(exclude_refusals: bool = False, match_text: bool = False,
     ``refusal``: with ``exclude_refusals`` it is the extraction's refusal verdict (stage "refusal", which
     :func:`accuracy_frame` then leaves out of the denominator); without it the Fig. 7 pipeline runs and an
     unresolved response is "failed", but ``refusal`` still flags responses that read as refusals
-    (:func:`mmfragile.extraction.is_refusal`) for reporting - they stay incorrect.
+    (:func:`mmfragile.studies.promptception.answers.is_refusal`) for reporting - they stay incorrect.
     """
 
     def score(raw: str, item: EvalItem) -> dict[str, Any]:
@@ -214,11 +215,6 @@ def select_questions(questions: pd.DataFrame, n: int | None = None) -> pd.DataFr
     return df.loc[order].reset_index(drop=True)
 
 
-def store_dir(results_dir: str | Path, model: str, dataset: str) -> Path:
-    """``<results_dir>/<model>/<dataset>`` with characters unsafe in file names replaced by ``_``."""
-    return Path(results_dir) / safe_name(model) / safe_name(dataset)
-
-
 def run_config(model: str, dataset: str, model_kind: str = "open", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                extractor: str | None = None, exclude_refusals: bool = False, n_frames: int | None = None,
                fps: float | None = None, omit_dollar: bool = False, match_text: bool = False,
@@ -226,7 +222,7 @@ def run_config(model: str, dataset: str, model_kind: str = "open", max_new_token
     """The store configuration: everything that changes a row's value (not which rows are run - questions
     and prompts can be added to a store later). ``video_bounds`` is written only when True, so stores made
     before the option existed (whole clips) resume unchanged."""
-    cfg = {"study": "promptception", "stage": "prompts", "model": model, "dataset": dataset, "model_kind": model_kind,
+    cfg = {"model": model, "dataset": dataset, "model_kind": model_kind,
            "max_new_tokens": int(max_new_tokens), "extractor": extractor, "exclude_refusals": bool(exclude_refusals),
            "n_frames": n_frames, "fps": fps, "omit_dollar": bool(omit_dollar), "match_text": bool(match_text)}
     if video_bounds:

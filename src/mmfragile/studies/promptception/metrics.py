@@ -22,7 +22,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mmfragile.schema import DataError
+from mmfragile.errors import DataError
 
 # --------------------------------------------------------------------------------------------------
 # Models, benchmarks, taxonomy

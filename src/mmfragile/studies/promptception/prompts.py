@@ -65,7 +65,8 @@ from typing import Any, Iterator, Sequence
 import pandas as pd
 
 from mmfragile.models.base import Prompt
-from mmfragile.schema import DataError, MCQuestion
+from mmfragile.errors import DataError
+from mmfragile.schema import MCQuestion
 
 CATALOG_PATH = Path(__file__).resolve().parents[2] / "resources" / "promptception_catalog.json"
 
@@ -193,7 +194,7 @@ def answer_form(prompt: PromptType, model_kind: str = "open") -> str:
     {letter}" where it says ``Answer: $LETTER``, "Best Choice: {letter}", "{letter}." for ``... format: $LETTER.``,
     the letter and the option text after an answer slot the prompt ends with (``**Answer:**``, ``BEST OPTION:``),
     the option label's own form for "(A) x" / "Option A: x" options, else the bare letter. Every form is one the
-    study's answer extraction reads (:func:`mmfragile.extraction.extract_letter_regex`)."""
+    study's answer extraction reads (:func:`mmfragile.studies.promptception.answers.extract_letter_regex`)."""
     text = prompt.template(model_kind)
     for rx, form in _FORMS:
         if rx.search(text.strip()):

@@ -21,7 +21,7 @@ from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
 from mmfragile.studies.promptception import budget, report
 from mmfragile.studies.promptception.analysis import summarize_run
 from mmfragile.studies.promptception.items import (DEFAULT_MAX_NEW_TOKENS, make_score_fn, promptception_items,
-                                                   resolve_model_kind, run_config, select_questions, store_dir)
+                                                   resolve_model_kind, run_config, select_questions)
 from mmfragile.studies.promptception.extraction import (EXTRACTION_MAX_NEW_TOKENS, EXTRACTION_STORE,
                                                         extraction_items, extraction_score, pending_answers,
                                                         read_answers)
@@ -87,7 +87,7 @@ def extraction_units(ctx: RunContext) -> list[dict]:
 
 
 def _extraction_config(ctx: RunContext) -> dict[str, Any]:
-    return {**_config(ctx), "stage": EXTRACTION_STORE, "extraction_max_new_tokens": EXTRACTION_MAX_NEW_TOKENS}
+    return {**_config(ctx), "extraction_max_new_tokens": EXTRACTION_MAX_NEW_TOKENS}
 
 
 STUDY = register(Study(
@@ -100,13 +100,12 @@ STUDY = register(Study(
                   config=_config, budget=budget.GRID,
                   run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
             # stage 2 of Appendix E: the pending answers through the extractor, batched, into <folder>/extraction
-            Stage(EXTRACTION_STORE, units=extraction_units, store=EXTRACTION_STORE, config=_extraction_config,
+            Stage(EXTRACTION_STORE, units=extraction_units, subfolder=EXTRACTION_STORE, config=_extraction_config,
                   items=lambda model, units, p, skipped: extraction_items(units, p["exclude_refusals"]),
                   score=lambda model, p: extraction_score(p["exclude_refusals"]), models=extractor_spec,
                   when=lambda p: bool(p["extractor"]), unit="answer",
                   run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]})),
     summarize=lambda stores: summarize_run(read_answers(stores["prompts"])) if "prompts" in stores else {},
-    folder=lambda results_dir, model, dataset: store_dir(results_dir, model, dataset),
     default_dataset="synthetic-vqa",
     report=report.report,
     report_stages=("prompts",),

@@ -54,7 +54,6 @@ __all__ = [
     "resolve_without_model",
     "read_extractor_output",
     "extract_answer",
-    "extract_answers",
 ]
 
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -454,7 +453,8 @@ def extract_answer(response: str | None, question: MCQuestion | str, valid_lette
     are incorrect; the authors' released evaluation script instead skips empty responses like
     refusals - callers wanting that can treat ``response == ""`` themselves). ``options`` overrides
     ``question.options`` (pass ``RenderedPrompt.options`` when a prompt adds options).
-    One ``generate`` call per response: for many responses use :func:`extract_answers` (or a study stage).
+    One ``generate`` call per response: for many responses run the study's ``extraction`` stage (batched,
+    resumable).
     """
     valid = _valid(valid_letters)
     r = resolve_without_model(response, question, valid, options=options, refusals=refusals, match_text=match_text)
@@ -477,59 +477,3 @@ def read_extractor_output(out: str, valid_letters: Sequence[str], refusals: bool
     if letter is None:
         return ExtractionResult(None, "failed", model_output=out)
     return ExtractionResult(letter, "model", model_output=out)
-
-
-def extract_answers(responses: Sequence[str | None], questions: Sequence[MCQuestion | str],
-                    valid_letters: Sequence[Sequence[str]], model: MLLM | None = None, *,
-                    options: Sequence[Sequence[str] | None] | None = None, refusals: bool = True,
-                    max_new_tokens: int = 8, batch_size: int = 16) -> list[ExtractionResult]:
-    """:func:`extract_answer` for many responses, batching the stage-2 ``generate`` calls.
-
-    Same results as calling :func:`extract_answer` one by one (stage 2 is greedy decoding).
-    """
-    n = len(responses)
-    if len(questions) != n or len(valid_letters) != n or (options is not None and len(options) != n):
-        raise ValueError("responses, questions, valid_letters (and options) must have the same length")
-    results: list[ExtractionResult | None] = [None] * n
-    pending: list[tuple[int, tuple[str, ...], Prompt]] = []
-    for i, resp in enumerate(responses):
-        valid = _valid(valid_letters[i])
-        r = _stage1(resp, valid, refusals)
-        if r is not None or model is None:
-            results[i] = r if r is not None else ExtractionResult(None, "failed")
-            continue
-        qtext, opts = _question_parts(questions[i], None if options is None else options[i])
-        pending.append((i, valid, Prompt(text=build_extraction_prompt(qtext, opts, str(resp), valid, refusals))))
-    for b in range(0, len(pending), max(1, batch_size)):
-        chunk = pending[b:b + batch_size]
-        outs = model.generate([p for _, _, p in chunk], max_new_tokens=max_new_tokens)
-        for (i, valid, _), out in zip(chunk, outs):
-            results[i] = read_extractor_output(out, valid, refusals)
-    return [r for r in results]  # type: ignore[misc]
-
-
-def score_exact_match(raw_output: str | None, option_ids: Sequence[str], answer_id: str) -> tuple[bool, bool, int]:
-    """Score one raw generation by exact match (Sec. A.3): ``(covered, correct, selected)``.
-
-    * ``covered``  - the output is one of the valid option IDs of this question (Eq. 6, s_i);
-    * ``correct``  - the output equals the ground-truth ID;
-    * ``selected`` - index of the matched ID in ``option_ids`` (the selected option position),
-      or ``-1`` when not covered.
-
-    Rule: the output is stripped of leading/trailing whitespace and then compared to the IDs
-    exactly, case-sensitive, with no answer extraction. Justification: A.3 evaluates "directly
-    on the model's generated output sequence without applying any answer extraction
-    mechanism" and counts "A." or "A)" as wrong for label "A", so punctuation, brackets and
-    extra words always fail; case is part of the ID because the ID set (uppercase vs lowercase,
-    "II" vs "ii") is the factor under study, so "a" is not a valid answer to A/B/C/D (and is the
-    only valid form for a/b/c/d). Whitespace is the one thing removed: the budget is the
-    token length of the longest ID (A.4), decoders often emit the ID as a word-initial piece
-    (" A", "▁A") or a trailing newline, and A.3 never lists whitespace as a failure. ``None``
-    or an empty/whitespace output is out of coverage and incorrect - never dropped.
-    """
-    out = "" if raw_output is None else str(raw_output).strip()
-    ids = [str(i) for i in option_ids]
-    if out in ids:
-        sel = ids.index(out)
-        return True, out == str(answer_id), sel
-    return False, False, -1
