@@ -121,9 +121,18 @@ def _add_run_args(p: argparse.ArgumentParser, study) -> None:
                    help="with --workers: split the work into this many tasks (default: one per 8 questions); keep "
                         "it the same when resuming")
     if any(s.budget for s in study.stages):
-        p.add_argument("--budget", type=float, default=None,
+        p.add_argument("--budget", type=_budget_arg, default=None,
                        help="run only this share of the grid (e.g. 0.05; a number > 1 = cells) and estimate the rest "
-                            "(mmfragile.budget); same store as a full run, budgets nest")
+                            "(mmfragile.budget); same store as a full run, budgets nest. 'auto' (with --target): "
+                            "seeded rounds until the widest interval is at most the target")
+        p.add_argument("--target", type=float, default=None,
+                       help="with --budget auto: stop when the widest 90 %% interval of the --stop-on statistics is "
+                            "at most this many percentage points (e.g. 1.0)")
+        p.add_argument("--stop-on", type=lambda s: [x.strip() for x in s.split(",") if x.strip()], default=None,
+                       help="with --budget auto: the statistics to stop on (default: mean,spread; also q05 ... q95, "
+                            "best, worst)")
+        p.add_argument("--budget-round", type=float, default=0.01,
+                       help="with --budget auto: the share of the grid each round adds (default 0.01)")
         p.add_argument("--adaptive", action="store_true",
                        help="with --budget: half the budget stratified, the rest in batches where they shrink the "
                             "uncertainty most")
@@ -132,6 +141,16 @@ def _add_run_args(p: argparse.ArgumentParser, study) -> None:
                        help="cells per adaptive batch (default: a tenth of the rest)")
     p.add_argument("--quiet", action="store_true")
     _add_params(p.add_argument_group(f"{study.name} parameters"), study.params)
+
+
+def _budget_arg(text: str) -> float | str:
+    """``--budget``: ``auto`` or a number."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share (0.05), a cell count (600) or 'auto', not {text!r}")
 
 
 def _add_params(group, params, given_only: bool = False) -> None:
@@ -161,9 +180,11 @@ def _run(a: argparse.Namespace, study) -> int:
     try:
         run = run_study(study, a.model, a.dataset, n=a.n, out=a.out, model_args=a.model_args, shard=a.shard,
                         workers=a.workers, ray_address=a.ray_address, tasks=a.tasks,
-                        budget=None if budget is None else (budget if budget < 1 else int(budget)),
+                        budget=None if budget is None else (budget if budget == "auto" or budget < 1 else int(budget)),
                         adaptive=getattr(a, "adaptive", False), budget_seed=getattr(a, "budget_seed", 0),
-                        budget_batch=getattr(a, "budget_batch", None), progress=not a.quiet, **params)
+                        budget_batch=getattr(a, "budget_batch", None), budget_target=getattr(a, "target", None),
+                        budget_stop_on=getattr(a, "stop_on", None), budget_round=getattr(a, "budget_round", 0.01),
+                        progress=not a.quiet, **params)
     except tuple(study.errors) as e:  # the study's own errors: its one line names what to pass
         print(f"error: {_one_line(study.error_line(e))}", file=sys.stderr)
         return 2

@@ -99,7 +99,7 @@ class RunContext:
     params: dict[str, Any]
     data: Any = None
     run_info: dict[str, Any] = field(default_factory=dict)
-    budget: float | int | None = None
+    budget: float | int | str | None = None
     table: Any = None   # the study's data given to run_study instead of a spec (a question table, judge samples)
 
     def questions(self, n: int | None = None, skip_bad_rows: bool = False) -> pd.DataFrame:
@@ -348,10 +348,13 @@ class StageTask:
     study: str
     stage: str
     params: tuple[tuple[str, Any], ...] = ()
-    budget: float | int | None = None
+    budget: float | int | str | None = None   # a share, a cell count or "auto" (stop at budget_target)
     adaptive: bool = False
     budget_seed: int = 0
     budget_batch: int | None = None
+    budget_target: float | None = None        # "auto": the widest interval (pp) to stop at
+    budget_stop_on: tuple[str, ...] | None = None   # "auto": the statistics (default: mean and spread)
+    budget_round: float = 0.01                # "auto": the share of the grid one round adds
     progress: bool = False
     stop_after: int | None = None   # end after that many new rows (a killed run, in tests)
     origin: tuple[str, str | None] | None = None   # where the study was registered (default: this process's)
@@ -392,13 +395,19 @@ class StageTask:
             if self.budget is None:
                 run_items(model, items, store, score, shard=shard, stop_after=self.stop_after, **kw)
                 return
-            from mmfragile.budget import run_budgeted
+            from mmfragile.budget import run_auto, run_budgeted
+            from mmfragile.budget.auto import AUTO, AUTO_STATISTICS
 
             if stage.budget is None:
                 raise ValueError(f"{self.study}/{self.stage} is no grid a budget can sample")
             kw.pop("desc")
-            run_budgeted(model, items, store, stage.budget.spec, self.budget, seed=self.budget_seed,
-                         adaptive=self.adaptive, batch=self.budget_batch, score_fn=score, **kw)
+            if self.budget == AUTO:
+                run_auto(model, items, store, stage.budget.spec, float(cast(float, self.budget_target)),
+                         score_fn=score, seed=self.budget_seed, statistics=self.budget_stop_on or AUTO_STATISTICS,
+                         round_share=self.budget_round, **kw)
+                return
+            run_budgeted(model, items, store, stage.budget.spec, cast("float | int", self.budget),
+                         seed=self.budget_seed, adaptive=self.adaptive, batch=self.budget_batch, score_fn=score, **kw)
 
 
 # ============================================================================================== a whole run
@@ -472,8 +481,9 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
               n: int | None = None, out: str | Path | None = None, results_dir: str | Path | None = None,
               model_args: Mapping[str, Any] | str | None = None, stages: Sequence[str] | None = None,
               shard: "Shard | str | None" = None, workers: int | None = None, ray_address: str | None = None,
-              tasks: int | None = None, budget: float | int | None = None, adaptive: bool = False,
-              budget_seed: int = 0, budget_batch: int | None = None, progress: bool = True,
+              tasks: int | None = None, budget: float | int | str | None = None, adaptive: bool = False,
+              budget_seed: int = 0, budget_batch: int | None = None, budget_target: float | None = None,
+              budget_stop_on: Sequence[str] | None = None, budget_round: float = 0.01, progress: bool = True,
               models: Callable[[ModelSpec], MLLM] | None = None, **params: Any) -> StudyRun:
     """Run ``study`` for ``model`` on ``dataset`` into resumable stores, stage by stage, and return what it did.
 
@@ -493,6 +503,11 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     uncertainty most (:mod:`mmfragile.budget`); stages that are no grid run whole. A budget covers the whole
     grid, so it takes neither ``shard`` nor ``workers``. ``stages``: run only these stages."""
     study = get_study(study)
+    if (budget == "auto") != (budget_target is not None):
+        raise ValueError("--budget auto stops at --target PP (the widest interval, in percentage points): give both, "
+                         "or a share / cell count as --budget without --target")
+    if budget == "auto" and adaptive:
+        raise ValueError("--budget auto runs the stratified design in rounds: leave out --adaptive")
     if budget is not None and (Shard.parse(shard).count > 1 or workers):
         raise ValueError("a budgeted run chooses its cells over the whole grid: run it without --shard / --workers")
     if workers and shard is not None and Shard.parse(shard).count > 1:
@@ -528,7 +543,9 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
         store = study.stage_store(ctx.folder, stage.name, stage.config(ctx), run_info=ctx.run_info or None)
         before = stored_keys(store)
         task = StageTask(study.name, stage.name, tuple(sorted(ctx.params.items())),
-                         budget if stage.budget else None, adaptive, budget_seed, budget_batch, progress)
+                         budget if stage.budget else None, adaptive, budget_seed, budget_batch,
+                         budget_target=budget_target, budget_stop_on=None if budget_stop_on is None else
+                         tuple(budget_stop_on), budget_round=budget_round, progress=progress)
         mspecs = stage.models(ctx) if stage.models else [spec]
         for mspec in mspecs:  # every model's identity is checked before any of them loads
             _pin_model(store, mspec, loaded if mspec is spec else None, dataset, provenance)

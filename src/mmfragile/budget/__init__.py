@@ -24,12 +24,13 @@ import numpy as np
 import pandas as pd
 
 from mmfragile.runner import EvalItem, ScoreFn, run_items
+from mmfragile.budget.auto import AUTO_STATISTICS, AutoStop, auto_stop
 from mmfragile.budget.estimator import GridSpec, adaptive_batch, budget_size, estimate, stratified_order
 from mmfragile.models.base import MLLM
 from mmfragile.errors import DataError
 from mmfragile.store import RUN_INFO, ResultStore
 
-__all__ = ["KEY", "item_cells", "attach_outcomes", "run_budgeted", "record_grid_units", "grid_units",
+__all__ = ["KEY", "item_cells", "attach_outcomes", "run_budgeted", "run_auto", "record_grid_units", "grid_units",
            "rows_with_position", "first_rows", "merge_outcomes", "estimate_store", "estimate_tables", "STORE_LEVEL",
            "STORE_DRAWS", "STORE_SEED"]
 
@@ -62,18 +63,20 @@ def item_cells(items: Sequence[EvalItem], spec: GridSpec) -> pd.DataFrame:
     return cells
 
 
-def attach_outcomes(cells: pd.DataFrame, store: ResultStore, model_name: str) -> pd.DataFrame:
-    """``cells`` with ``model`` and ``correct`` (0/1) filled in from ``store`` where that cell is stored."""
+def attach_outcomes(cells: pd.DataFrame, store: ResultStore, model_name: str,
+                    columns: Sequence[str] = ("correct",)) -> pd.DataFrame:
+    """``cells`` with ``model`` and the outcome ``columns`` (0/1; ``covered`` too for the coverage hurdle, where the
+    store has it) filled in from ``store`` where that cell is stored."""
     table = store.read()
     out = cells.assign(model=model_name)
     if table.empty:
         return out
     t = table[table["model"].astype(str) == str(model_name)]
-    got = t.assign(**{c: t[c].astype(str) for c in KEY}).set_index(KEY)["correct"]
     idx = pd.MultiIndex.from_frame(cells[KEY].astype(str))
-    vals = got.reindex(idx).to_numpy(dtype=object)
-    out["correct"] = pd.array([np.nan if v is None or (isinstance(v, float) and np.isnan(v)) else float(bool(v))
-                               for v in vals], dtype="float64")
+    for col in (c for c in columns if c in t.columns):
+        vals = t.assign(**{c: t[c].astype(str) for c in KEY}).set_index(KEY)[col].reindex(idx).to_numpy(dtype=object)
+        out[col] = pd.array([np.nan if v is None or (isinstance(v, float) and np.isnan(v)) else float(bool(v))
+                             for v in vals], dtype="float64")
     return out
 
 
@@ -116,6 +119,38 @@ def run_budgeted(model: MLLM, items: Sequence[EvalItem], store: ResultStore, spe
         run_items(model, _as_engine_order(items, nxt), store, score_fn=score_fn, progress=progress,
                   desc=f"{model.name} adaptive {have + len(nxt)}/{n}", **run_kw)
     return store.read()
+
+
+def run_auto(model: MLLM, items: Sequence[EvalItem], store: ResultStore, spec: GridSpec, target: float, *,
+             score_fn: ScoreFn, seed: int = 0, statistics: Sequence[str] = AUTO_STATISTICS,
+             round_share: float = 0.01, progress: bool = True, **run_kw: Any) -> AutoStop:
+    """``--budget auto --target T`` (:mod:`mmfragile.budget.auto`): the stratified sequence in rounds into ``store``
+    until the widest interval of ``statistics`` is at most ``target`` pp; its rounds are recorded in the store's
+    ``run_info["budget_auto"]`` (per model) and it says where it stopped."""
+    cells = item_cells(items, spec)
+    record_grid_units(store, model.name, cells[spec.unit])
+    keep = ("correct", "covered")
+
+    def observe(idx: np.ndarray) -> pd.DataFrame:
+        run_items(model, _as_engine_order(items, idx), store, score_fn=score_fn, progress=progress,
+                  desc=f"{model.name} auto budget {len(idx)}/{len(cells)}", **run_kw)
+        got = attach_outcomes(cells, store, model.name, keep)
+        mask = np.zeros(len(cells), bool)
+        mask[idx] = True   # only this round's prefix counts, whatever else the store holds
+        return got.assign(**{c: got[c].where(mask) for c in keep if c in got.columns})
+
+    def say(row: dict[str, float]) -> None:
+        if progress:
+            agree = "; every observed cell of a group agrees: no evidence yet" if row["all_agree"] else ""
+            print(f"auto budget round {int(row['round'])}: {int(row['cells'])} cells ({100 * row['share']:.1f} %), "
+                  f"widest interval {row['widest']:.2f} pp (target {target:g}){agree}", flush=True)
+
+    result = auto_stop(cells, spec, target, observe, statistics=statistics, seed=seed, round_share=round_share,
+                       on_round=say)
+    store.merge_run_info("budget_auto", {model.name: result.record()})
+    if progress:
+        print(result, flush=True)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------- from stores

@@ -64,7 +64,8 @@ __all__ = ["Term", "GridSpec", "QUANTILES", "STATISTICS", "IRTFit", "fit_irt",
 #: Quantiles of the per-variant accuracy distribution (PromptEval's set), percent.
 QUANTILES: tuple[int, ...] = (5, 25, 50, 75, 95)
 #: Summary statistics of a model's per-variant accuracies, in output order.
-STATISTICS: tuple[str, ...] = ("mean", *(f"q{q:02d}" for q in QUANTILES), "best", "worst")
+#: the statistics of a grid's per-unit accuracy distribution; ``spread`` = q95 - q05 (the 5-95 % spread)
+STATISTICS: tuple[str, ...] = ("mean", *(f"q{q:02d}" for q in QUANTILES), "best", "worst", "spread")
 
 
 @dataclass(frozen=True)
@@ -480,8 +481,10 @@ def unit_accuracy(cells: pd.DataFrame, spec: GridSpec, values: np.ndarray) -> tu
 def summarize_units(acc: np.ndarray) -> np.ndarray:
     """Statistics of :data:`STATISTICS` over axis 0 of per-unit accuracies (units[ x draws])."""
     acc = np.asarray(acc, float)
-    return np.concatenate([acc.mean(axis=0)[None], np.percentile(acc, QUANTILES, axis=0),
-                           acc.max(axis=0)[None], acc.min(axis=0)[None]], axis=0)
+    q = np.percentile(acc, QUANTILES, axis=0)
+    spread = q[QUANTILES.index(95)] - q[QUANTILES.index(5)]
+    return np.concatenate([acc.mean(axis=0)[None], q, acc.max(axis=0)[None], acc.min(axis=0)[None], spread[None]],
+                          axis=0)
 
 
 @dataclass

@@ -29,10 +29,12 @@ from scipy import stats as sps
 
 from mmfragile.errors import DataError
 
+from mmfragile.budget.auto import AUTO_STATISTICS, auto_stop
 from mmfragile.budget.estimator import (STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
                      stratified_order, summarize_units, unit_accuracy)
 
-__all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth", "hide", "design_mask", "error_curves", "summarize_curves", "simulate_grid",
+__all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth",
+           "hide", "design_mask", "error_curves", "summarize_curves", "auto_stop_curves", "simulate_grid",
            "simulation_spec",
            "PROMPTEVAL_REPORTED"]
 
@@ -169,6 +171,37 @@ def design_mask(g: pd.DataFrame, spec: GridSpec, budget: float | int, seed: int,
 def hide(g: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
     """``g`` with ``correct`` set to NaN outside ``mask``."""
     return g.assign(correct=np.where(mask, g["correct"].astype(float).to_numpy(), np.nan))
+
+
+# ================================================================================================ auto stop
+def auto_stop_curves(cells: pd.DataFrame, spec: GridSpec, target: float, seeds: Iterable[int] = (0,),
+                     statistics: Sequence[str] = AUTO_STATISTICS, round_share: float = 0.01, level: float = 0.9,
+                     n_draws: int = 200) -> pd.DataFrame:
+    """``--budget auto --target`` on a complete grid, every group (dataset x model) on its own, the outcomes
+    outside each round hidden (:func:`hide`): one row per group x seed x statistic - ``share`` of the grid used,
+    ``rounds``, ``reached``, ``estimate``, ``truth``, ``error`` (pp) and ``within`` (|error| <= target): how often
+    the stopped estimate is as close to the truth as the target says."""
+    gcols = _group_cols(cells)
+    rows = []
+    for key, g in (cells.groupby(gcols, sort=True) if gcols else [((), cells)]):
+        key = key if isinstance(key, tuple) else (key,)
+        g = g.reset_index(drop=True)
+        true = truth(g, spec)[1].set_index("statistic")["truth"]
+        for seed in seeds:
+            def observe(idx: np.ndarray) -> pd.DataFrame:
+                mask = np.zeros(len(g), bool)
+                mask[idx] = True
+                return hide(g, mask)
+
+            res = auto_stop(g, spec, target, observe, statistics=statistics, seed=seed, round_share=round_share,
+                            level=level, n_draws=n_draws)
+            got = res.estimate.summary.set_index("statistic")["estimate"]
+            for st in res.statistics:
+                err = float(got[st] - true[st])
+                rows.append({**dict(zip(gcols, key)), "seed": seed, "statistic": st, "share": res.share,
+                             "rounds": len(res.rounds), "reached": res.reached, "estimate": float(got[st]),
+                             "truth": float(true[st]), "error": err, "within": abs(err) <= target})
+    return pd.DataFrame(rows)
 
 
 # ================================================================================================ curves
