@@ -343,6 +343,22 @@ def _main(argv: list[str]) -> int:
         st = get_study(alias)
         _add_run_args(sub.add_parser(alias, help=f"= run {st.name}: {st.title}"), st)
 
+    pl = sub.add_parser("plan", help="what a study's run would cost, before any model loads: prompts, time at this "
+                                     "machine's measured rate, budgets, questions to detect an effect")
+    plans = pl.add_subparsers(dest="study", required=True)
+    for name in study_names():
+        st = get_study(name)
+        q = plans.add_parser(name, help=st.title)
+        q.add_argument("--model", default=None)
+        q.add_argument("--dataset", default=None)
+        q.add_argument("--n", type=int, default=None, help="first N questions")
+        q.add_argument("--out", default=None, help="the results folder of a run (its measured rate is read)")
+        q.add_argument("--model-args", default=None)
+        q.add_argument("--effect", type=float, default=2.0, help="per-variant effect to detect, pp (default 2)")
+        q.add_argument("--budgets", type=lambda s: [float(x) for x in s.split(",")], default=None,
+                       help="budgets to cost (default 0.01,0.02,0.05,0.1,1)")
+        _add_params(q.add_argument_group(f"{st.name} parameters"), st.params)
+
     sub.add_parser("benchmarks", help="the benchmark registry: names, spec kinds, standard formats, sources")
 
     m = sub.add_parser("merge", help="check a result store against its manifests; compact it; bring in other stores")
@@ -390,6 +406,13 @@ def _main(argv: list[str]) -> int:
         return _run(a, get_study(a.study))
     elif a.cmd in SHORTCUTS:
         return _run(a, get_study(a.cmd))
+    elif a.cmd == "plan":
+        from mmfragile.budget.plan import DEFAULT_BUDGETS, plan_study
+
+        st = get_study(a.study)
+        print(plan_study(st, a.model, a.dataset, n=a.n, out=a.out, model_args=a.model_args,
+                         budgets=a.budgets or DEFAULT_BUDGETS, effect=a.effect,
+                         **{prm.name: getattr(a, prm.name) for prm in st.params}))
     elif a.cmd == "benchmarks":
         from mmfragile.data.benchmarks import benchmark_table
 

@@ -564,6 +564,9 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
         new = stored_keys(run.stores[stage.name]) - before
         run.new_rows[stage.name] = len(new)
         run.new_questions[stage.name] = len({k[:2] for k in new})
+        if new:   # this machine's rate for the model, what `mmfragile plan` times a grid by
+            store.merge_run_info("rate", {name: {"rows": len(new), "seconds": round(run.seconds[stage.name], 3),
+                                                 "workers": workers or 1}})
     return run
 
 
