@@ -5,10 +5,11 @@ round k is its first k x ``round_share`` of the grid, at least one cell per unit
 each round the grid is estimated from the cells of the rounds so far - only those, whatever else a store holds -
 and the run stops at the first round where the widest interval of the asked statistics (default: the mean and
 the 5-95 % spread, over every group) is at most ``target`` percentage points - never while a group's observed
-cells all agree (every answer right, or every one wrong: its intervals then come from the prior alone). Every choice is a function of the
-seed and of the outcomes of the cells already chosen, so a killed run, rerun, runs the same cells and stops at the
-same round. :func:`auto_stop` is the rule on any source of outcomes: a model run (:func:`mmfragile.budget.run_budgeted`
-with ``budget="auto"``) or a complete grid with the rest hidden (:func:`mmfragile.budget.validation.auto_stop_curves`).
+cells all agree (every answer right, or every one wrong: its intervals then come from the prior alone). Every
+choice is a function of the seed and of the outcomes of the cells already chosen, so a killed run, rerun, runs the
+same cells and stops at the same round. :func:`auto_stop` is the rule on any source of outcomes: a model run
+(:func:`mmfragile.budget.run_auto`, what ``run_study(budget="auto")`` calls) or a complete grid with the rest
+hidden (:func:`mmfragile.budget.validation.auto_stop_curves`).
 """
 from __future__ import annotations
 

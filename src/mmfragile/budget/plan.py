@@ -111,7 +111,8 @@ def plan_study(study: Any, model: str | None = None, dataset: str | None = None,
             rate = _rate(store_root, spec.name) if store_root is not None else float("nan")
             n_q = keys[["dataset", "question_id"]].drop_duplicates().shape[0] if len(keys) else 0
             unit = stage.budget.spec.unit if stage.budget is not None else None
-            n_var = int(keys[unit].nunique()) if unit and unit in keys else int(keys["variant"].nunique()) if len(keys) else 0
+            by = unit if unit and unit in keys else "variant"
+            n_var = int(keys[by].nunique()) if len(keys) else 0
             per_q = len(items) / max(n_q * max(n_var, 1), 1)
             rows.append({"stage": stage.name, "prompts": len(items), "questions": n_q, "variants": n_var,
                          "cells_per_question": round(per_q, 2), "rate": rate, "seconds": len(items) / rate})
