@@ -98,8 +98,8 @@ def _parse_params(pairs: list[list[str]] | None) -> dict:
     return out
 
 
-def _add_run_args(p: argparse.ArgumentParser, study) -> None:
-    """The options of ``run <study>`` (and its alias): the runner's, then the study's own parameters."""
+def _add_model_data_args(p: argparse.ArgumentParser, study, out_help: str, out_required: bool) -> None:
+    """The model, dataset, question count and results folder options (``run`` and ``plan``)."""
     p.add_argument("--model", default=None,
                    help="model spec: embedded / zoo name, checkpoint folder, cached model id, vllm:..., "
                         f"openai:<url>::<model> (mmfragile.models.spec; default {study.default_model})")
@@ -110,7 +110,14 @@ def _add_run_args(p: argparse.ArgumentParser, study) -> None:
     p.add_argument("--dataset", default=study.default_dataset,
                    help="dataset spec (python -m mmfragile benchmarks lists them)")
     p.add_argument("--n", type=int, default=None, help="questions, 1 or more (default: all)")
-    p.add_argument("--out", required=True, help="results folder of the run (resumes if it exists)")
+    p.add_argument("--out", required=out_required, default=None, help=out_help)
+
+
+def _add_run_args(p: argparse.ArgumentParser, study) -> None:
+    """The options of ``run <study>`` (and its alias): the runner's, then the study's own parameters."""
+    from mmfragile.study import csv_list
+
+    _add_model_data_args(p, study, "results folder of the run (resumes if it exists)", out_required=True)
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (0-based; e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT); all "
                         "shards write into the same --out, then `mmfragile merge OUT` checks completeness")
@@ -128,7 +135,7 @@ def _add_run_args(p: argparse.ArgumentParser, study) -> None:
         p.add_argument("--target", type=float, default=None,
                        help="with --budget auto: stop when the widest 90 %% interval of the --stop-on statistics is "
                             "at most this many percentage points (e.g. 1.0)")
-        p.add_argument("--stop-on", type=lambda s: [x.strip() for x in s.split(",") if x.strip()], default=None,
+        p.add_argument("--stop-on", type=csv_list, default=None,
                        help="with --budget auto: the statistics to stop on (default: mean,spread; also q05 ... q95, "
                             "best, worst)")
         p.add_argument("--budget-round", type=float, default=0.01,
@@ -349,11 +356,8 @@ def _main(argv: list[str]) -> int:
     for name in study_names():
         st = get_study(name)
         q = plans.add_parser(name, help=st.title)
-        q.add_argument("--model", default=None)
-        q.add_argument("--dataset", default=None)
-        q.add_argument("--n", type=int, default=None, help="first N questions")
-        q.add_argument("--out", default=None, help="the results folder of a run (its measured rate is read)")
-        q.add_argument("--model-args", default=None)
+        _add_model_data_args(q, st, "the results folder of a run (its measured rate and accuracy are read)",
+                             out_required=False)
         q.add_argument("--effect", type=float, default=2.0, help="per-variant effect to detect, pp (default 2)")
         q.add_argument("--budgets", type=lambda s: [float(x) for x in s.split(",")], default=None,
                        help="budgets to cost (default 0.01,0.02,0.05,0.1,1)")

@@ -72,9 +72,10 @@ def attach_outcomes(cells: pd.DataFrame, store: ResultStore, model_name: str,
     if table.empty:
         return out
     t = table[table["model"].astype(str) == str(model_name)]
+    t = t.assign(**{c: t[c].astype(str) for c in KEY}).set_index(KEY)
     idx = pd.MultiIndex.from_frame(cells[KEY].astype(str))
     for col in (c for c in columns if c in t.columns):
-        vals = t.assign(**{c: t[c].astype(str) for c in KEY}).set_index(KEY)[col].reindex(idx).to_numpy(dtype=object)
+        vals = t[col].reindex(idx).to_numpy(dtype=object)
         out[col] = pd.array([np.nan if v is None or (isinstance(v, float) and np.isnan(v)) else float(bool(v))
                              for v in vals], dtype="float64")
     return out

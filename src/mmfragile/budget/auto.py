@@ -75,11 +75,16 @@ def round_sizes(n_cells: int, n_units: int, round_share: float) -> list[int]:
     return list(range(step, n_cells, step)) + [n_cells]
 
 
+def _check_statistics(statistics: Sequence[str]) -> tuple[str, ...]:
+    bad = [s for s in statistics if s not in STATISTICS]
+    if bad or not statistics:
+        raise ValueError(f"--stop-on: unknown statistic(s) {bad or list(statistics)}; choose from {list(STATISTICS)}")
+    return tuple(statistics)
+
+
 def widest_intervals(est: BudgetEstimate, statistics: Sequence[str]) -> dict[str, float]:
     """Per statistic, the widest interval (``hi - lo``, pp) over the estimate's groups."""
-    bad = [s for s in statistics if s not in STATISTICS]
-    if bad:
-        raise ValueError(f"unknown statistic(s) {bad}; the budget reports {list(STATISTICS)}")
+    _check_statistics(statistics)
     rows = est.summary[est.summary["statistic"].isin(list(statistics))]
     width = (rows["hi"] - rows["lo"]).groupby(rows["statistic"]).max()
     return {s: float(width.get(s, np.nan)) for s in statistics}
@@ -94,13 +99,10 @@ def auto_stop(cells: pd.DataFrame, spec: GridSpec, target: float, observe: Calla
     ``cells``; the rest NaN) - it runs or reads them. ``on_round``: called with each round's row (progress)."""
     if not target > 0:
         raise ValueError(f"--target must be > 0 pp, got {target}")
-    statistics = tuple(statistics)
-    bad = [s for s in statistics if s not in STATISTICS]
-    if bad or not statistics:
-        raise ValueError(f"--stop-on: unknown statistic(s) {bad or statistics}; choose from {list(STATISTICS)}")
+    statistics = _check_statistics(statistics)
     order = stratified_order(cells, spec, len(cells), seed)
     rows: list[dict[str, float]] = []
-    est = None
+    est, reached = None, False
     for k, n in enumerate(round_sizes(len(cells), cells[spec.unit].nunique(), round_share), start=1):
         est = estimate(observe(order[:n]), spec, level=level, n_draws=n_draws, seed=seed)
         widths = widest_intervals(est, statistics)
@@ -111,9 +113,8 @@ def auto_stop(cells: pd.DataFrame, spec: GridSpec, target: float, observe: Calla
         rows.append(row)
         if on_round is not None:
             on_round(row)
-        if row["widest"] <= target and not flat:
+        reached = row["widest"] <= target and not flat
+        if reached:
             break
     assert est is not None   # a grid has at least one round
-    last = rows[-1]
-    return AutoStop(pd.DataFrame(rows), float(target), statistics, bool(last["widest"] <= target and not
-                                                                         last["all_agree"]), est, len(cells))
+    return AutoStop(pd.DataFrame(rows), float(target), statistics, bool(reached), est, len(cells))

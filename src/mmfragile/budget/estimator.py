@@ -716,8 +716,8 @@ def budget_size(n_cells: int, budget: float | int) -> int:
 def stratified_order(cells: pd.DataFrame, spec: GridSpec, n: int, seed: int = 0,
                      balance: Sequence[str] | None = None) -> np.ndarray:
     """The first ``n`` positions of a seeded cell sequence balanced over units, questions and ``balance``
-    columns (default: the spec's): each step takes a unit with the fewest chosen cells, in it a question with the fewest chosen
-    cells (among those with a cell left in that unit), in that (unit, question) the cell whose ``balance``
+    columns (default: the spec's): each step takes a unit with the fewest chosen cells, in it a question with the
+    fewest chosen cells (among those with a cell left in that unit), in that (unit, question) the cell whose ``balance``
     values (e.g. the circular shift) the question has used least; ties broken at random. The sequence does not
     depend on ``n`` (a prefix of a longer run is the shorter run), so budgets nest."""
     n = int(min(n, len(cells)))

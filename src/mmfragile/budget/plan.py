@@ -72,12 +72,17 @@ class Plan:
         return text + "".join(f"\nnote: {n}" for n in self.notes)
 
 
-def _rate(store_root: Path, model: str) -> float:
-    """Rows per second the last run of ``model`` into the store at ``store_root`` measured (NaN: none)."""
-    if not (store_root / "config.json").is_file():
-        return float("nan")
-    got = ((ResultStore(store_root).config.get("run_info") or {}).get("rate") or {}).get(model)
-    return float(got["rows"]) / float(got["seconds"]) if got and float(got["seconds"]) > 0 else float("nan")
+def _measured(store_root: Path | None, model: str) -> tuple[float, float]:
+    """(rows per second the last run of ``model`` into the store at ``store_root`` measured, its stored accuracy
+    0-1); NaN for what is not there."""
+    if store_root is None or not (store_root / "config.json").is_file():
+        return float("nan"), float("nan")
+    store = ResultStore(store_root)
+    got = ((store.config.get("run_info") or {}).get("rate") or {}).get(model)
+    rate = float(got["rows"]) / float(got["seconds"]) if got and float(got["seconds"]) > 0 else float("nan")
+    rows = store.read(columns=["correct"])
+    acc = float(rows["correct"].astype(float).mean()) if "correct" in rows and len(rows) else float("nan")
+    return rate, acc
 
 
 def plan_study(study: Any, model: str | None = None, dataset: str | None = None, *, n: int | None = None,
@@ -108,7 +113,7 @@ def plan_study(study: Any, model: str | None = None, dataset: str | None = None,
             items = stage.items(stand_in, units, {**ctx.params, "budgeted": False}, None)
             keys = pd.DataFrame([it.key for it in items])
             store_root = (folder / stage.subfolder) if folder is not None else None
-            rate = _rate(store_root, spec.name) if store_root is not None else float("nan")
+            rate, acc = _measured(store_root, spec.name)
             n_q = keys[["dataset", "question_id"]].drop_duplicates().shape[0] if len(keys) else 0
             unit = stage.budget.spec.unit if stage.budget is not None else None
             by = unit if unit and unit in keys else "variant"
@@ -121,10 +126,6 @@ def plan_study(study: Any, model: str | None = None, dataset: str | None = None,
             for b in budgets:
                 cells = budget_size(len(items), b)
                 budget_rows.append({"stage": stage.name, "budget": b, "cells": cells, "seconds": cells / rate})
-            acc = float("nan")
-            if store_root is not None and (store_root / "config.json").is_file():
-                got = ResultStore(store_root).read(columns=["correct"])
-                acc = float(got["correct"].astype(float).mean()) if "correct" in got and len(got) else acc
             p = 0.5 if math.isnan(acc) else acc
             power_rows.append({"stage": stage.name, "effect_pp": effect, "accuracy": round(100 * p, 1),
                                "questions": questions_for_effect(effect, p, max(1, round(per_q))),
