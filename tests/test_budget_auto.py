@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import zlib
+from functools import partial
 
 import numpy as np
 import pytest
@@ -38,12 +39,7 @@ def test_the_stopped_estimate_is_within_the_target_of_the_truth():
     true_mean = 100 * g["correct"].mean()
     assert curves["truth"].to_numpy() == pytest.approx(true_mean)
 
-    def observe(idx):
-        mask = np.zeros(len(g), bool)
-        mask[idx] = True
-        return bv.hide(g, mask)
-
-    res = auto_stop(g, FORMAT_BIAS, 3.0, observe, statistics=("mean",), seed=0, round_share=0.02)
+    res = auto_stop(g, FORMAT_BIAS, 3.0, partial(bv.observed_only, g), statistics=("mean",), seed=0, round_share=0.02)
     widths = res.rounds["mean_width"].to_numpy()
     assert widths[-1] <= 3.0 and (widths[:-1] > 3.0).all()   # the first round that knows enough
     assert "of the grid" in str(res) and res.record()["cells"] == int(res.rounds["cells"].iloc[-1])
@@ -53,12 +49,7 @@ def test_a_grid_without_evidence_never_stops_early():
     """Every answer wrong: the estimate's intervals come from the prior alone, so no round is a reason to stop."""
     g = _grid(6, 0).assign(correct=0.0)
 
-    def observe(idx):
-        mask = np.zeros(len(g), bool)
-        mask[idx] = True
-        return bv.hide(g, mask)
-
-    res = auto_stop(g, FORMAT_BIAS, 50.0, observe, round_share=0.25)
+    res = auto_stop(g, FORMAT_BIAS, 50.0, partial(bv.observed_only, g), round_share=0.25)
     assert not res.reached and res.share == 1.0 and res.rounds["all_agree"].all()
 
 

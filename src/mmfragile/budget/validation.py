@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -34,7 +35,7 @@ from mmfragile.budget.estimator import (STATISTICS, GridSpec, adaptive_batch, bu
                      stratified_order, summarize_units, unit_accuracy)
 
 __all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth",
-           "hide", "design_mask", "error_curves", "summarize_curves", "auto_stop_curves", "simulate_grid",
+           "hide", "observed_only", "design_mask", "error_curves", "summarize_curves", "auto_stop_curves", "simulate_grid",
            "simulation_spec",
            "PROMPTEVAL_REPORTED"]
 
@@ -173,6 +174,14 @@ def hide(g: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
     return g.assign(correct=np.where(mask, g["correct"].astype(float).to_numpy(), np.nan))
 
 
+def observed_only(g: pd.DataFrame, idx: np.ndarray) -> pd.DataFrame:
+    """``g`` with the outcomes of the cells at positions ``idx`` only (:func:`hide` the rest): a complete grid as
+    the ``observe`` of :func:`mmfragile.budget.auto.auto_stop`."""
+    mask = np.zeros(len(g), bool)
+    mask[idx] = True
+    return hide(g, mask)
+
+
 # ================================================================================================ auto stop
 def auto_stop_curves(cells: pd.DataFrame, spec: GridSpec, target: float, seeds: Iterable[int] = (0,),
                      statistics: Sequence[str] = AUTO_STATISTICS, round_share: float = 0.01, level: float = 0.9,
@@ -188,12 +197,7 @@ def auto_stop_curves(cells: pd.DataFrame, spec: GridSpec, target: float, seeds: 
         g = g.reset_index(drop=True)
         true = truth(g, spec)[1].set_index("statistic")["truth"]
         for seed in seeds:
-            def observe(idx: np.ndarray) -> pd.DataFrame:
-                mask = np.zeros(len(g), bool)
-                mask[idx] = True
-                return hide(g, mask)
-
-            res = auto_stop(g, spec, target, observe, statistics=statistics, seed=seed, round_share=round_share,
+            res = auto_stop(g, spec, target, partial(observed_only, g), statistics=statistics, seed=seed, round_share=round_share,
                             level=level, n_draws=n_draws)
             got = res.estimate.summary.set_index("statistic")["estimate"]
             for st in res.statistics:
