@@ -130,7 +130,7 @@ def test_openai_model_args_are_the_client_constructors():
 def test_unknown_dataset_kind_has_no_skip_bad_rows_hint(tmp_path, capsys):
     line = one_error(capsys, 2, ["run", "format-bias", "--model", "tiny-vlm", "--dataset", "mmbnech:x.tsv",
                                  "--out", str(tmp_path / "o"), "--quiet"])
-    assert "unknown dataset kind 'mmbnech'" in line and "mmbench" in line and "skip-bad-rows" not in line
+    assert "unknown dataset prefix 'mmbnech'" in line and "mmbench" in line and "skip-bad-rows" not in line
 
 
 def test_a_bad_row_keeps_the_skip_bad_rows_hint(tmp_path, capsys):

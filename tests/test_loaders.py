@@ -139,7 +139,7 @@ def test_n_stops_reading_early(tmp_path):
     spec = fx.write_hrbench(tmp_path, "4k", bad_rows=True)  # bad rows are rows 2 and 3
     assert load_dataset(spec, n=1).question_id.tolist() == ["0"]   # never reaches them
     assert len(load_dataset(spec, n=2, skip_bad_rows=True)) == 2
-    with pytest.raises(DataError, match="unknown dataset kind 'nope'.*mvbench"):
+    with pytest.raises(DataError, match="unknown dataset prefix 'nope'.*mvbench"):
         load_dataset("nope:/x")
 
 

@@ -109,10 +109,10 @@ def test_backends_are_one_registry():
 
     assert set(BACKENDS) == {"hf", "vllm", "openai"} and DEFAULT_BACKEND == "hf"
     s = ModelSpec.parse("openai:http://h:1/v1::gpt-x")
-    assert (s.backend, s.kind, s.name, str(s)) == ("openai", "api", "gpt-x", "openai:http://h:1/v1::gpt-x")
+    assert (s.backend, s.origin, s.name, str(s)) == ("openai", "api", "gpt-x", "openai:http://h:1/v1::gpt-x")
     assert "max_concurrency" in s.accepted_options()["accepted"]
     v = ModelSpec.parse("vllm:tiny-vlm")
-    assert (v.backend, v.kind, v.name) == ("vllm", "embedded", "tiny-vlm")
+    assert (v.backend, v.origin, v.name) == ("vllm", "embedded", "tiny-vlm")
     with pytest.raises(ValueError, match="openai model spec needs '<base_url>::<model>'"):
         ModelSpec.parse("openai:gpt-x")
     with pytest.raises(ValueError, match="backend must be one of hf, vllm, openai"):
@@ -139,10 +139,10 @@ def test_a_new_backend_is_one_registry_entry(monkeypatch):
         url, _, model = spec.source.partition("::")
         return Served(url, model, **kw)
 
-    monkeypatch.setitem(BACKENDS, "tgi", Backend("tgi", "tgi:<base_url>::<model>", load,
-                                                 lambda: {"accepted": ["timeout"]}, kind="api"))
+    monkeypatch.setitem(BACKENDS, "tgi", Backend(name="tgi", form="tgi:<base_url>::<model>", load=load,
+                                                 options=lambda: {"accepted": ["timeout"]}, origin="api"))
     s = ModelSpec.parse("tgi:http://h:3::m-1", timeout=5)
-    assert (s.backend, s.kind, s.name) == ("tgi", "api", "m-1")
+    assert (s.backend, s.origin, s.name) == ("tgi", "api", "m-1")
     m = s.load()
     assert (m.url, m.kw, m.name, m.spec) == ("http://h:3", {"timeout": 5}, "m-1", s)
     assert resolve_model_kind("tgi:http://h:3::m-1") == "proprietary" and resolve_model_kind("tiny-vlm") == "open"

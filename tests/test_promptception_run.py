@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import sys
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -15,9 +16,9 @@ from mmfragile.errors import DataError
 from mmfragile.store import ResultStore
 from mmfragile.study import tag
 from mmfragile.studies.promptception.study import STUDY
-from mmfragile.studies.promptception.extraction import PENDING, extraction_item, extraction_score
+from mmfragile.studies.promptception.extraction import PENDING, extraction_item, score_extraction
 from mmfragile.studies.promptception import (PromptceptionItem, accuracy_frame, figure_note_for, frame_indices,
-                                             load_results, make_score_fn, promptception_items, run_config,
+                                             load_results, score_answer, promptception_items, run_config,
                                              sample_frames, select_questions, split_zero_baselines,
                                              summarize_run)
 
@@ -207,12 +208,12 @@ def two_stage(extractor: MLLM | None = None, exclude_refusals: bool = False):
     tests/test_promptception_extraction.py runs them batched)."""
 
     def score(raw: str, item: PromptceptionItem) -> dict:
-        r = make_score_fn(exclude_refusals=exclude_refusals, stage2=extractor is not None)(raw, item)
+        r = score_answer(raw, item, exclude_refusals=exclude_refusals, extractor="x" if extractor is not None else None)
         if r["extraction_stage"] != PENDING:
             return r
         ex = extraction_item(item.key, item.question, item.options, item.option_ids, raw, item.answer_id,
                              exclude_refusals)
-        return extraction_score(exclude_refusals)(extractor.generate([ex.prompt], ex.max_new_tokens)[0], ex)
+        return score_extraction(extractor.generate([ex.prompt], ex.max_new_tokens)[0], ex, exclude_refusals)
 
     return score
 
@@ -268,7 +269,7 @@ def test_run_items_end_to_end_and_resume(tiny_vlm, synthetic, tmp_path):
     root = tmp_path / "runs" / "tiny-vlm" / "synthetic-vqa"
     cfg = {**run_config("tiny-vlm", "synthetic-vqa", max_new_tokens=6, extractor="fake", n_frames=3),
            **tag(STUDY, STUDY.stage("prompts"))}
-    score = make_score_fn(stage2=True)
+    score = partial(score_answer, extractor="x")
     part = run_items(tiny_vlm, items, ResultStore(root, cfg), score, progress=False, stop_after=2, flush_every=1)
     assert 2 <= len(part) < 6  # a killed run keeps what it flushed (the engine runs a question's group at once)
     res = run_items(tiny_vlm, items, ResultStore(root, cfg), score, progress=False)

@@ -8,7 +8,7 @@ Commands
               --budget 0.05 [--adaptive] for the grid studies (5 % of the grid, the rest estimated); the
               study's own parameters as options (mmfragile run STUDY --help)
   formats, promptception, judge   the same as run format-bias / promptception / judge
-  benchmarks  the benchmark registry (names, spec kinds, standard formats, sources)
+  benchmarks  the benchmark registry (names, spec prefixes, standard formats, sources)
   merge       check a store against its manifests (missing / duplicate keys), compact it, merge shard stores
   prepare     build/convert the embedded models, the model zoo and data once (offline)
   report      a fragility report (report.html, report.md, report.json) of result stores of any study
@@ -363,7 +363,7 @@ def _main(argv: list[str]) -> int:
                        help="budgets to cost (default 0.01,0.02,0.05,0.1,1)")
         _add_params(q.add_argument_group(f"{st.name} parameters"), st.params)
 
-    sub.add_parser("benchmarks", help="the benchmark registry: names, spec kinds, standard formats, sources")
+    sub.add_parser("benchmarks", help="the benchmark registry: names, spec prefixes, standard formats, sources")
 
     m = sub.add_parser("merge", help="check a result store against its manifests; compact it; bring in other stores")
     m.add_argument("store", help="the result store (if missing: built from the SOURCEs in a temporary folder, "

@@ -91,8 +91,9 @@ def for_profile(value: Any, profile: str) -> Any:
 
 def run_pipeline(path: str | Path = REPO_ROOT / "notebooks" / "pipeline.yaml", profile: str = "default",
                  only: Sequence[str] | None = None, out_dir: str | Path = REPO_ROOT / "papermill_runs",
-                 progress: bool = True) -> list[Path]:
-    """Run every step of the pipeline file. A step has a ``notebook`` and either a ``grid`` (cartesian product)
+                 progress: bool = True, cwd: str | Path | None = None) -> list[Path]:
+    """Run every step of the pipeline file (its relative paths - results and figure folders - under ``cwd``,
+    default the repository). A step has a ``notebook`` and either a ``grid`` (cartesian product)
     or ``runs`` (an explicit list of parameter sets), plus ``fixed`` parameters for every run; each of these
     may be split by profile (``{default: ..., quick: ...}``)."""
     written: list[Path] = []
@@ -105,8 +106,9 @@ def run_pipeline(path: str | Path = REPO_ROOT / "notebooks" / "pipeline.yaml", p
         runs = for_profile(step.get("runs"), profile)
         if runs:
             for params in runs:
-                written += run_grid(nb, {k: [v] for k, v in params.items()}, fixed, out_dir=out_dir, progress=progress)
+                written += run_grid(nb, {k: [v] for k, v in params.items()}, fixed, out_dir=out_dir, progress=progress,
+                                    cwd=cwd)
         else:
             written += run_grid(nb, for_profile(step.get("grid", {}), profile) or {}, fixed, out_dir=out_dir,
-                                progress=progress)
+                                progress=progress, cwd=cwd)
     return written

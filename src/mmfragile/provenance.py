@@ -112,12 +112,12 @@ def model_provenance(spec: str, folder: Path | None) -> dict[str, Any]:
 
 def dataset_provenance(dataset: str | None) -> dict[str, Any]:
     """The dataset spec and the SHA-256 of its files (built-in sets: how they are made)."""
-    from mmfragile.data.benchmarks import benchmark, by_kind
+    from mmfragile.data.benchmarks import benchmark, by_prefix
 
     if not dataset:
         return {}
-    kind, sep, path = str(dataset).partition(":")
-    record = by_kind(kind) if sep else None
+    prefix, sep, path = str(dataset).partition(":")
+    record = by_prefix(prefix) if sep else None
     if record is None or record.builtin:
         try:
             source = benchmark(dataset).source

@@ -26,6 +26,7 @@ import importlib.util
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, cast
 
@@ -58,7 +59,7 @@ _ORIGINS: dict[str, tuple[str, str | None]] = {}
 Params = dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Param:
     """One parameter of a study: a keyword of :func:`run_study`, a notebook parameter and a CLI option
     (``--name-with-dashes``; a boolean whose default is True is switched off with ``--no-...``)."""
@@ -133,7 +134,7 @@ def table_name(table: pd.DataFrame) -> str:
     return "+".join(sorted(table["dataset"].astype(str).unique()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BudgetGrid:
     """A stage's grid as :mod:`mmfragile.budget` samples and estimates it: ``spec`` (a
     :class:`~mmfragile.budget.estimator.GridSpec`: the unit and the covariates), ``cells(rows)`` (the complete
@@ -150,12 +151,14 @@ class BudgetGrid:
     embedded: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stage:
     """One kind of work of a study into one store (see the module docstring).
 
     ``units(ctx)`` runs on the driver before any model loads (earlier stages' stores may be read);
-    ``items(model, units, params, skipped)`` and ``score(model, params)`` run where the model is (a worker);
+    ``items(model, units, params, skipped)`` and ``score(raw, item, **kw)`` run where the model is (a worker):
+    ``score`` is a plain function of one output and its item, given as keywords the study parameters named in
+    ``score_params`` (Promptception's extraction policy);
     ``skipped`` is a list to append bad rows to (``skip_bad_rows``) or None (raise); ``params`` holds the study's
     parameters and ``budgeted`` (a budgeted design samples the items). ``models(ctx)``: the specs to
     run the stage with, if not the study's model (the generators of self-generated responses). ``budget``: the
@@ -167,7 +170,7 @@ class Stage:
     name: str
     units: Callable[[RunContext], list[Any]]
     items: Callable[[MLLM, list[Any], Params, list[dict[str, Any]] | None], list[EvalItem]]
-    score: Callable[[MLLM, Params], ScoreFn]
+    score: Callable[..., dict[str, Any]]
     config: Callable[[RunContext], dict[str, Any]]
     subfolder: str = ""
     group_of: Callable[[Any], str] = record_group
@@ -177,6 +180,11 @@ class Stage:
     run_kw: Callable[[Params], dict[str, Any]] = lambda params: {}
     unit: str = "prompt"   # what one item is (the progress bar counts items): prompt, option, judgment ...
     runs_under: Callable[[Params], Any] = lambda params: contextlib.nullcontext()
+    score_params: tuple[str, ...] = ()
+
+    def scorer(self, params: Mapping[str, Any]) -> ScoreFn:
+        """``score`` with its ``score_params`` bound from ``params``: ``fn(raw, item) -> row``."""
+        return partial(self.score, **{name: params[name] for name in self.score_params})
 
     @property
     def tag(self) -> str:
@@ -185,7 +193,7 @@ class Stage:
         return self.subfolder or self.name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Study:
     """A study: ``name`` (registry key), ``title``, the seed paper, its parameters, ``load(ctx)`` (the driver's
     data: a question table, judge samples and conditions ...), its stages, ``folder(results_dir, model, dataset)``
@@ -388,7 +396,7 @@ class StageTask:
         items = stage.items(model, units, params, skipped)
         if skipped:
             store.add_skipped_rows(skipped)
-        score = stage.score(model, params)
+        score = stage.scorer(params)
         kw = {"progress": self.progress, "desc": f"{model.name} {self.study}/{self.stage}", "unit": stage.unit,
               **stage.run_kw(params)}
         with stage.runs_under(params):   # a budgeted run too

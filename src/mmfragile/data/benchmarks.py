@@ -1,7 +1,7 @@
 """One record per benchmark: the facts every part of the toolkit reads about a dataset.
 
-A :class:`Benchmark` names the benchmark as the papers do, the spec kind of :func:`mmfragile.data.load_dataset`
-(``<kind>:<path>``), the aliases a question table's ``dataset`` column or a user may use, its loader, its standard
+A :class:`Benchmark` names the benchmark as the papers do, the spec prefix of :func:`mmfragile.data.load_dataset`
+(``<prefix>:<path>``), the aliases a question table's ``dataset`` column or a user may use, its loader, its standard
 prompt format (format-bias Table 5, or where it comes from when Table 5 does not list it), whether its options
 are in the image, its video protocol, where its files come from, and the writer of a tiny copy in its published
 layout (:mod:`mmfragile.data.fixtures`). Loaders, the format-bias study's standard formats, the CLI and
@@ -20,10 +20,10 @@ from typing import Any, Callable
 import pandas as pd
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Benchmark:
     name: str                                  # as the papers name it
-    kind: str                                  # spec kind: <kind>:<path>, or the whole spec of a built-in set
+    prefix: str                                # a spec's prefix: <prefix>:<path>, or the whole spec of a built-in set
     loader: str                                # "module:function" taking (path, n=, skip_bad_rows=, **loader_kwargs)
     source: str                                # where its files come from
     aliases: tuple[str, ...] = ()              # other names (the loader's ``dataset`` column, common spellings)
@@ -68,67 +68,92 @@ _F = "mmfragile.data.fixtures:"
 _PROMPTCEPTION_BASELINE = "Promptception baseline prompt (Fig. 3, Type 1.1: 'A. x' lines)"
 
 BENCHMARKS: tuple[Benchmark, ...] = (
-    Benchmark("A-OKVQA", "aokvqa", _L + "load_aokvqa", "github.com/allenai/aokvqa + COCO 2017", ("a-okvqa",),
-              "lowercase-double_brackets-line_break", second_path="coco_dir", fixture=_F + "write_aokvqa"),
-    Benchmark("HRBench-4K", "hrbench4k", _L + "load_hrbench", "HF DreamMr/HR-Bench (hr_bench_4k.tsv / .parquet)",
-              ("hrbench-4k", "hrbench", "hr-bench-4k"), "uppercase-dot-line_break",
+    Benchmark(name="A-OKVQA", prefix="aokvqa", loader=_L + "load_aokvqa",
+              source="github.com/allenai/aokvqa + COCO 2017", aliases=("a-okvqa",),
+              standard_format="lowercase-double_brackets-line_break", second_path="coco_dir",
+              fixture=_F + "write_aokvqa"),
+    Benchmark(name="HRBench-4K", prefix="hrbench4k", loader=_L + "load_hrbench",
+              source="HF DreamMr/HR-Bench (hr_bench_4k.tsv / .parquet)",
+              aliases=("hrbench-4k", "hrbench", "hr-bench-4k"), standard_format="uppercase-dot-line_break",
               loader_kwargs=(("name", "hrbench-4k"),), fixture=_F + "write_hrbench_4k"),
-    Benchmark("HRBench-8K", "hrbench8k", _L + "load_hrbench", "HF DreamMr/HR-Bench (hr_bench_8k.tsv / .parquet)",
-              ("hrbench-8k", "hr-bench-8k"), "uppercase-dot-line_break",
-              "same release and prompt code as HR-Bench 4K (Table 5: Upp., Dot, Line break)",
+    Benchmark(name="HRBench-8K", prefix="hrbench8k", loader=_L + "load_hrbench",
+              source="HF DreamMr/HR-Bench (hr_bench_8k.tsv / .parquet)",
+              aliases=("hrbench-8k", "hr-bench-8k"), standard_format="uppercase-dot-line_break",
+              standard_source="same release and prompt code as HR-Bench 4K (Table 5: Upp., Dot, Line break)",
               loader_kwargs=(("name", "hrbench-8k"),), fixture=_F + "write_hrbench_8k"),
-    Benchmark("MMBench", "mmbench", _L + "load_mmbench", "github.com/open-compass/MMBench (MMBench_DEV_EN_V11.tsv)",
-              ("mmbench-dev", "mmbench-en", "mmbench-dev-en", "mmbench-dev-en-v11"), "uppercase-dot-semicolon",
+    Benchmark(name="MMBench", prefix="mmbench", loader=_L + "load_mmbench",
+              source="github.com/open-compass/MMBench (MMBench_DEV_EN_V11.tsv)",
+              aliases=("mmbench-dev", "mmbench-en", "mmbench-dev-en", "mmbench-dev-en-v11"),
+              standard_format="uppercase-dot-semicolon",
               fixture=_F + "write_mmbench"),
-    Benchmark("MME-RealWorld-Lite", "mme-realworld-lite", _L + "load_mme_realworld_lite",
-              "HF yifanzhang114/MME-RealWorld-Base64 (mme_realworld_lite.tsv), lmms-eval parquet, or the official "
-              "JSON", ("mme-rw-lite", "mme-realworld"), "uppercase-double_brackets-line_break", second_path="images_dir",
+    Benchmark(name="MME-RealWorld-Lite", prefix="mme-realworld-lite", loader=_L + "load_mme_realworld_lite",
+              source="HF yifanzhang114/MME-RealWorld-Base64 (mme_realworld_lite.tsv), lmms-eval parquet, or the "
+                     "official JSON", aliases=("mme-rw-lite", "mme-realworld"),
+              standard_format="uppercase-double_brackets-line_break", second_path="images_dir",
               fixture=_F + "write_mme_realworld_lite"),
-    Benchmark("V*Bench", "vstar", _L + "load_vstar", "HF craigwu/vstar_bench", ("vbench", "vstarbench", "v*bench"),
-              "uppercase-dot-line_break", fixture=_F + "write_vstar"),
-    Benchmark("MMStar", "mmstar", _L + "load_mmstar", "HF Lin-Chen/MMStar (mmstar.parquet) or VLMEvalKit MMStar.tsv",
-              (), "uppercase-dot-line_break", _PROMPTCEPTION_BASELINE, fixture=_F + "write_mmstar"),
-    Benchmark("MMMU-Pro", "mmmu-pro", _L + "load_mmmu_pro", "HF MMMU/MMMU_Pro (the setting from the config folder)",
-              ("mmmu-pro",), "uppercase-dot-line_break", _PROMPTCEPTION_BASELINE, second_path="images_dir",
+    Benchmark(name="V*Bench", prefix="vstar", loader=_L + "load_vstar", source="HF craigwu/vstar_bench",
+              aliases=("vbench", "vstarbench", "v*bench"),
+              standard_format="uppercase-dot-line_break", fixture=_F + "write_vstar"),
+    Benchmark(name="MMStar", prefix="mmstar", loader=_L + "load_mmstar",
+              source="HF Lin-Chen/MMStar (mmstar.parquet) or VLMEvalKit MMStar.tsv",
+              aliases=(), standard_format="uppercase-dot-line_break", standard_source=_PROMPTCEPTION_BASELINE,
+              fixture=_F + "write_mmstar"),
+    Benchmark(name="MMMU-Pro", prefix="mmmu-pro", loader=_L + "load_mmmu_pro",
+              source="HF MMMU/MMMU_Pro (the setting from the config folder)",
+              aliases=("mmmu-pro",), standard_format="uppercase-dot-line_break",
+              standard_source=_PROMPTCEPTION_BASELINE, second_path="images_dir",
               loader_kwargs=(("setting", None),)),
-    Benchmark("MMMU-Pro (4 options)", "mmmu-pro-s4", _L + "load_mmmu_pro", "HF MMMU/MMMU_Pro, standard (4 options)",
-              ("mmmu-pro-s4",), "uppercase-dot-line_break", _PROMPTCEPTION_BASELINE, second_path="images_dir",
+    Benchmark(name="MMMU-Pro (4 options)", prefix="mmmu-pro-s4", loader=_L + "load_mmmu_pro",
+              source="HF MMMU/MMMU_Pro, standard (4 options)",
+              aliases=("mmmu-pro-s4",), standard_format="uppercase-dot-line_break",
+              standard_source=_PROMPTCEPTION_BASELINE, second_path="images_dir",
               loader_kwargs=(("setting", "s4"),), fixture=_F + "write_mmmu_pro_s4", family="MMMU-Pro"),
-    Benchmark("MMMU-Pro (10 options)", "mmmu-pro-s10", _L + "load_mmmu_pro", "HF MMMU/MMMU_Pro, standard (10 options)",
-              ("mmmu-pro-s10",), "uppercase-dot-line_break", _PROMPTCEPTION_BASELINE, second_path="images_dir",
+    Benchmark(name="MMMU-Pro (10 options)", prefix="mmmu-pro-s10", loader=_L + "load_mmmu_pro",
+              source="HF MMMU/MMMU_Pro, standard (10 options)",
+              aliases=("mmmu-pro-s10",), standard_format="uppercase-dot-line_break",
+              standard_source=_PROMPTCEPTION_BASELINE, second_path="images_dir",
               loader_kwargs=(("setting", "s10"),), fixture=_F + "write_mmmu_pro_s10", family="MMMU-Pro"),
-    Benchmark("MMMU-Pro (vision)", "mmmu-pro-vision", _L + "load_mmmu_pro", "HF MMMU/MMMU_Pro, vision setting",
-              ("mmmu-pro-vision",), None, "none: the options are in the image", options_in_image=True, second_path="images_dir",
+    Benchmark(name="MMMU-Pro (vision)", prefix="mmmu-pro-vision", loader=_L + "load_mmmu_pro",
+              source="HF MMMU/MMMU_Pro, vision setting",
+              aliases=("mmmu-pro-vision",), standard_format=None, standard_source="none: the options are in the image",
+              options_in_image=True, second_path="images_dir",
               loader_kwargs=(("setting", "vision"),), fixture=_F + "write_mmmu_pro_vision", family="MMMU-Pro"),
-    Benchmark("MVBench", "mvbench", _L + "load_mvbench", "HF OpenGVLab/MVBench (json/ + video/)", (),
-              "uppercase-dot-line_break", _PROMPTCEPTION_BASELINE,
+    Benchmark(name="MVBench", prefix="mvbench", loader=_L + "load_mvbench",
+              source="HF OpenGVLab/MVBench (json/ + video/)", aliases=(),
+              standard_format="uppercase-dot-line_break", standard_source=_PROMPTCEPTION_BASELINE,
               video="20 tasks; mp4 / webm / gif clips or JPEG frame folders at 3 fps; start/end windows where "
                     "MVBench's data_list bounds the clip", fixture=_F + "write_mvbench"),
-    Benchmark("MM-JudgeBias", "mm-judgebias", "mmfragile.studies.judgebias.data:load_judge_dataset",
-              "HF naver-ai/MM-JudgeBias (parquet export or the authors' JSON) + its images", second_path="images_dir",
+    Benchmark(name="MM-JudgeBias", prefix="mm-judgebias", loader="mmfragile.studies.judgebias.data:load_judge_dataset",
+              source="HF naver-ai/MM-JudgeBias (parquet export or the authors' JSON) + its images",
+              second_path="images_dir",
               standard_source="none: judge data, not multiple choice", fixture=_F + "write_mm_judgebias",
               study="judge"),
-    Benchmark("generic", "generic", _L + "load_generic", "your parquet / JSONL / JSON with question, options, answer",
+    Benchmark(name="generic", prefix="generic", loader=_L + "load_generic",
+              source="your parquet / JSONL / JSON with question, options, answer",
               standard_source="none: pass --standard-format"),
-    Benchmark("synthetic-vqa", "synthetic-vqa", "mmfragile.data.loaders:synthetic_vqa", "generated with Pillow "
-              "(mmfragile.data.synthetic), seed 0", ("synthetic",), "uppercase-dot-line_break",
-              "ours: the most common choice in Table 5 per factor (uppercase 4/5, dot 3/5, line break 4/5)",
+    Benchmark(name="synthetic-vqa", prefix="synthetic-vqa", loader="mmfragile.data.loaders:synthetic_vqa",
+              source="generated with Pillow (mmfragile.data.synthetic), seed 0", aliases=("synthetic",),
+              standard_format="uppercase-dot-line_break",
+              standard_source="ours: the most common choice in Table 5 per factor (uppercase 4/5, dot 3/5, "
+                              "line break 4/5)",
               video="6-frame clips", builtin=True),
-    Benchmark("synthetic-image", "synthetic-image", "mmfragile.data.loaders:synthetic_image", "the image questions "
-              "of synthetic-vqa", (), "uppercase-dot-line_break", "as synthetic-vqa", builtin=True,
-              family="synthetic-vqa"),
-    Benchmark("synthetic-text", "synthetic-text", "mmfragile.data.loaders:synthetic_text", "the text questions of "
-              "synthetic-vqa", (), "uppercase-dot-line_break", "as synthetic-vqa", builtin=True,
-              family="synthetic-vqa"),
-    Benchmark("easy-vqa", "easy-vqa", "mmfragile.data.easyvqa:load_easy_vqa_mc", "PyPI easy-vqa (test split), "
-              "multiple choice with seeded distractors", (), "uppercase-dot-line_break", "as synthetic-vqa",
-              builtin=True),
-    Benchmark("easy-vqa-media", "easy-vqa-media", "mmfragile.data.easyvqa:load_easy_vqa_media", "PyPI easy-vqa "
-              "(test split): its questions as multiple choice + multi-image and 3-frame video questions built from "
-              "its pictures (mmfragile.data.easyvqa)", (), "uppercase-dot-line_break", "as synthetic-vqa",
+    Benchmark(name="synthetic-image", prefix="synthetic-image", loader="mmfragile.data.loaders:synthetic_image",
+              source="the image questions of synthetic-vqa", standard_format="uppercase-dot-line_break",
+              standard_source="as synthetic-vqa", builtin=True, family="synthetic-vqa"),
+    Benchmark(name="synthetic-text", prefix="synthetic-text", loader="mmfragile.data.loaders:synthetic_text",
+              source="the text questions of synthetic-vqa", standard_format="uppercase-dot-line_break",
+              standard_source="as synthetic-vqa", builtin=True, family="synthetic-vqa"),
+    Benchmark(name="easy-vqa", prefix="easy-vqa", loader="mmfragile.data.easyvqa:load_easy_vqa_mc",
+              source="PyPI easy-vqa (test split), multiple choice with seeded distractors",
+              standard_format="uppercase-dot-line_break", standard_source="as synthetic-vqa", builtin=True),
+    Benchmark(name="easy-vqa-media", prefix="easy-vqa-media", loader="mmfragile.data.easyvqa:load_easy_vqa_media",
+              source="PyPI easy-vqa (test split): its questions as multiple choice + multi-image and 3-frame "
+                     "video questions built from its pictures (mmfragile.data.easyvqa)",
+              standard_format="uppercase-dot-line_break", standard_source="as synthetic-vqa",
               video="3-frame clips of easy-VQA pictures", builtin=True),
-    Benchmark("easy-VQA judge set", "easy-vqa-judge", "mmfragile.studies.judgebias.data:make_easy_vqa_judge_set",
-              "PyPI easy-vqa (test split): colour / shape questions with a correct and a wrong response each",
+    Benchmark(name="easy-VQA judge set", prefix="easy-vqa-judge",
+              loader="mmfragile.studies.judgebias.data:make_easy_vqa_judge_set",
+              source="PyPI easy-vqa (test split): colour / shape questions with a correct and a wrong response each",
               standard_source="none: judge data, not multiple choice", builtin=True, study="judge"),
 )
 
@@ -139,13 +164,13 @@ def _norm(name: str) -> str:
 
 _BY_NAME: dict[str, Benchmark] = {}
 for _b in BENCHMARKS:
-    for _key in (_b.name, _b.kind, *_b.aliases):
+    for _key in (_b.name, _b.prefix, *_b.aliases):
         _BY_NAME.setdefault(_norm(_key), _b)
-_BY_KIND = {b.kind: b for b in BENCHMARKS}
+_BY_PREFIX = {b.prefix: b for b in BENCHMARKS}
 
 
 def benchmark(name: str) -> Benchmark:
-    """The record of a benchmark by its name, spec kind, an alias or a question table's ``dataset`` value (case
+    """The record of a benchmark by its name, spec prefix, an alias or a question table's ``dataset`` value (case
     and punctuation ignored); KeyError naming the known ones otherwise."""
     b = _BY_NAME.get(_norm(name))
     if b is None:
@@ -153,9 +178,9 @@ def benchmark(name: str) -> Benchmark:
     return b
 
 
-def by_kind(kind: str) -> Benchmark | None:
-    """The record of a spec kind (``mmbench`` of ``mmbench:<file>``), None if there is none."""
-    return _BY_KIND.get(kind)
+def by_prefix(prefix: str) -> Benchmark | None:
+    """The record of a spec prefix (``mmbench`` of ``mmbench:<file>``), None if there is none."""
+    return _BY_PREFIX.get(prefix)
 
 
 def standard_formats() -> dict[str, str]:
@@ -170,13 +195,13 @@ def inferred_standard() -> dict[str, str]:
             if b.family is None and b.standard_format and not b.builtin and b.standard_source != "Table 5"}
 
 
-def spec_kinds() -> list[str]:
-    return [b.kind for b in BENCHMARKS if not b.builtin]
+def spec_prefixes() -> list[str]:
+    return [b.prefix for b in BENCHMARKS if not b.builtin]
 
 
 def benchmark_table() -> pd.DataFrame:
     """The registry as a table (``python -m mmfragile benchmarks``)."""
-    return pd.DataFrame([{"benchmark": b.name, "spec": b.kind if b.builtin else
-                          f"{b.kind}:<path>" + ("[::<images>]" if b.second_path else ""),
+    return pd.DataFrame([{"benchmark": b.name, "spec": b.prefix if b.builtin else
+                          f"{b.prefix}:<path>" + ("[::<images>]" if b.second_path else ""),
                           "standard format": b.standard_format or "-", "from": b.standard_source,
                           "source": b.source} for b in BENCHMARKS])

@@ -380,8 +380,8 @@ def write_mmmu_pro_vision(root: str | Path, bad_rows: bool = False) -> str:
     return write_mmmu_pro(root, bad_rows).replace("-s4:", "-vision:", 1)
 
 
-#: spec kind -> writer of a tiny copy in the published layout (from the benchmark registry)
-FIXTURES: dict[str, Callable[..., str]] = {b.kind: b.write_fixture for b in BENCHMARKS if b.fixture}
+#: spec prefix -> writer of a tiny copy in the published layout (from the benchmark registry)
+FIXTURES: dict[str, Callable[..., str]] = {b.prefix: b.write_fixture for b in BENCHMARKS if b.fixture}
 
 
 def main(argv: list[str] | None = None) -> int:

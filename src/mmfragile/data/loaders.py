@@ -956,22 +956,22 @@ def synthetic_text(n: int | None = None, seed: int = 0) -> pd.DataFrame:
 
 def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: bool = False) -> pd.DataFrame:
     """One entry point, by name: the built-in sets (``synthetic-vqa``, ``synthetic-image`` / ``synthetic-text``
-    - its image / text-only subsets -, ``easy-vqa``), or ``<kind>:<path>`` for a benchmark release. Every one
+    - its image / text-only subsets -, ``easy-vqa``), or ``<prefix>:<path>`` for a benchmark release. Every one
     is a record of the benchmark registry (:mod:`mmfragile.data.benchmarks`; ``python -m mmfragile benchmarks``
     lists them; layouts in this module's docstring). ``skip_bad_rows``: leave bad rows out (listed in
     ``df.attrs["skipped_rows"]``) instead of raising :class:`DataError`; ``df.attrs["spec"]`` is ``spec``."""
-    from mmfragile.data.benchmarks import benchmark, by_kind, spec_kinds
+    from mmfragile.data.benchmarks import benchmark, by_prefix, spec_prefixes
 
-    kind, sep, path = str(spec).partition(":")
+    prefix, sep, path = str(spec).partition(":")
     try:
-        record = by_kind(kind) if sep else benchmark(spec)
+        record = by_prefix(prefix) if sep else benchmark(spec)
     except KeyError:
         record = None
     if sep and (record is None or record.builtin):
-        raise DataError(f"unknown dataset kind {kind!r}; use one of {', '.join(spec_kinds())}")
+        raise DataError(f"unknown dataset prefix {prefix!r}; use one of {', '.join(spec_prefixes())}")
     if record is None or record.builtin == bool(sep):
         raise DataError(f"unknown dataset {spec!r}: use synthetic-vqa, synthetic-image, synthetic-text, easy-vqa "
-                        f"or <kind>:<path> with kind in {', '.join(spec_kinds())}")
+                        f"or <prefix>:<path> with prefix in {', '.join(spec_prefixes())}")
     if record.study:
         raise DataError(f"{spec!r} is the {record.study} study's data, not a question table: run that study with it "
                         f"(python -m mmfragile run {record.study} --dataset {spec})")
@@ -979,7 +979,7 @@ def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: 
         out = record.load(path, n=n, skip_bad_rows=skip_bad_rows)
     else:
         out = record.load(n=n, seed=seed)
-        if record.kind != "easy-vqa":  # easy-VQA's loader takes n itself (200 unless given) and is kept as loaded
+        if record.prefix != "easy-vqa":  # easy-VQA's loader takes n itself (200 unless given) and is kept as loaded
             out = out.head(n).reset_index(drop=True) if n else out
             out.attrs["skipped_rows"] = []
     out.attrs["spec"] = str(spec)  # the name run_study stores a table under (mmfragile.study.table_name)

@@ -210,7 +210,7 @@ def scorer(manifest: Mapping[str, Any]) -> tuple[type, Callable[[str, EvalItem],
     exported ``process_results`` reports."""
     from mmfragile.study import get_study
 
-    return item_class(manifest), get_study(manifest["study"]).stage(manifest["stage"]).score(None, manifest["params"])
+    return item_class(manifest), get_study(manifest["study"]).stage(manifest["stage"]).scorer(manifest["params"])
 
 
 def task_hooks(manifest_file: str | Path) -> tuple[Callable, ...]:

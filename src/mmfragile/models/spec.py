@@ -136,13 +136,13 @@ class ModelSpec:
         return self.source.partition("@")[0]
 
     @property
-    def kind(self) -> str:
+    def origin(self) -> str:
         """``embedded``, ``zoo``, ``api``, ``folder`` (a local checkpoint) or ``cached`` (a model id in the HF cache)."""
         from mmfragile.models.embedded import EMBEDDED_MODELS
         from mmfragile.models.zoo import ZOO_MODELS
 
-        if self.backend_entry.kind:
-            return self.backend_entry.kind
+        if self.backend_entry.origin:
+            return self.backend_entry.origin
         if self.source in ZOO_MODELS:
             return "zoo"
         if self.base_name in EMBEDDED_MODELS:
@@ -154,9 +154,9 @@ class ModelSpec:
         """The model's name in result stores, figures and reports - the name the loaded model carries."""
         if "name" in self.options:
             return str(self.options["name"])
-        if self.kind == "api":
+        if self.origin == "api":
             return self.source.partition("::")[2]
-        if self.kind in ("embedded", "zoo"):
+        if self.origin in ("embedded", "zoo"):
             return self.source
         return Path(self.source.rstrip("/")).name or self.source
 
@@ -189,7 +189,7 @@ class ModelSpec:
         need = self.backend_entry.requires
         if need and importlib.util.find_spec(need[0]) is None:
             raise UsageError(f"{self}: the {self.backend} backend needs {need[0]}; {need[1]}")
-        folder = None if self.kind in ("api", "embedded", "zoo") else self._local_folder()
+        folder = None if self.origin in ("api", "embedded", "zoo") else self._local_folder()
         config = {}
         if folder is not None and "gguf_file" not in self.options:  # a GGUF file holds config, weights, tokenizer
             from mmfragile.models.hf import check_checkpoint
@@ -220,7 +220,7 @@ class ModelSpec:
 
     def _local_folder(self) -> Path:
         """The checkpoint folder of a ``folder`` or ``cached`` spec; UsageError where there is none."""
-        if self.kind == "folder":
+        if self.origin == "folder":
             return Path(self.source)
         from mmfragile.errors import UsageError
 
@@ -251,18 +251,18 @@ class ModelSpec:
 
     def checkpoint_dir(self) -> Path | None:
         """The local checkpoint folder (built first for embedded and zoo models); None for an API model."""
-        kind = self.kind
-        if kind == "api":
+        origin = self.origin
+        if origin == "api":
             return None
-        if kind == "embedded":
+        if origin == "embedded":
             from mmfragile.models.embedded import embedded_model_path
 
             return embedded_model_path(self.base_name, int(self.source.partition("@")[2] or 0))
-        if kind == "zoo":
+        if origin == "zoo":
             from mmfragile.models.zoo import zoo_model_path
 
             return zoo_model_path(self.source)
-        if kind == "folder":
+        if origin == "folder":
             return Path(self.source)
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
@@ -296,7 +296,7 @@ def spec_of(model: MLLM) -> ModelSpec:
     (``model.api``), so that what depends on the backend (Promptception's answer formats) follows what it is."""
     spec = getattr(model, "spec", None)
     if spec is None:
-        api = next(b.name for b in BACKENDS.values() if b.kind == "api")
+        api = next(b.name for b in BACKENDS.values() if b.origin == "api")
         spec = (ModelSpec(api, f"{getattr(model, 'base_url', '')}::{model.name}") if model.api
                 else ModelSpec.parse(model.name))
     return spec if spec.name == model.name else as_spec(spec, name=model.name)
@@ -310,10 +310,10 @@ def as_spec(model: "str | ModelSpec", backend: str | None = None, model_args: Ma
 
 
 # ============================================================================================== backends
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Backend:
     """One backend, in the one registry of them (:data:`BACKENDS`): its name (the spec's prefix, none for the
-    default), ``form`` (how its spec is written, for errors), ``kind`` (what every spec of it is - ``api`` - or
+    default), ``form`` (how its spec is written, for errors), ``origin`` (what every spec of it is - ``api`` - or
     None: by source), ``load(spec, kwargs)`` -> the model, ``options()`` -> the keyword arguments it takes by
     where they go, ``check_source(source, spec)`` (raises ValueError on a malformed spec), ``requires`` (a
     module it needs, and how to get it) and ``model_class()`` (the class it loads, imported on demand). What a
@@ -324,7 +324,7 @@ class Backend:
     form: str
     load: Callable[["ModelSpec", dict[str, Any]], MLLM]
     options: Callable[[], dict[str, list[str]]]
-    kind: str | None = None
+    origin: str | None = None
     check_source: Callable[[str, Any], None] = lambda source, spec: None
     requires: tuple[str, str] | None = None
     #: keyword arguments that are secrets (masked wherever a spec is recorded or shown: mmfragile.redaction)
@@ -390,19 +390,19 @@ def _vllm_options() -> dict[str, list[str]]:
 
 def _load_hf(spec: ModelSpec, kw: dict[str, Any]) -> MLLM:
     """Embedded and zoo models by name, else a checkpoint folder or a model id in the local HF cache."""
-    kind = spec.kind
-    if kind == "zoo":
+    origin = spec.origin
+    if origin == "zoo":
         from mmfragile.models.zoo import load_zoo
 
         zoo_model: MLLM = load_zoo(spec.source, **kw)
         return zoo_model
-    if kind == "embedded":
+    if origin == "embedded":
         from mmfragile.models.embedded import load_embedded
 
         return load_embedded(spec.base_name, seed=int(spec.source.partition("@")[2] or 0), **kw)
     from mmfragile.models.hf import HFModel
 
-    if kind == "cached":
+    if origin == "cached":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # only the local HF cache, never the network
     return HFModel.from_pretrained(spec.source, **kw)
 
@@ -423,11 +423,12 @@ def _hf_options() -> dict[str, list[str]]:
 DEFAULT_BACKEND = "hf"
 #: every backend: spec prefix -> :class:`Backend`
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
-    Backend("hf", "<embedded or zoo name | checkpoint folder | cached model id>", _load_hf, _hf_options,
+    Backend(name="hf", form="<embedded or zoo name | checkpoint folder | cached model id>", load=_load_hf,
+            options=_hf_options,
             model_class=_hf_class),
-    Backend("vllm", "vllm:<the same as hf>", _load_vllm, _vllm_options,
+    Backend(name="vllm", form="vllm:<the same as hf>", load=_load_vllm, options=_vllm_options,
             requires=("vllm", "create its environment with scripts/install_vllm.sh and run mmfragile from it"),
             model_class=_vllm_class),
-    Backend("openai", "openai:<base_url>::<model>", _load_openai, _openai_options, kind="api",
+    Backend(name="openai", form="openai:<base_url>::<model>", load=_load_openai, options=_openai_options, origin="api",
             check_source=_openai_source, secrets=frozenset({"api_key"}), model_class=_openai_class),
 )}

@@ -75,4 +75,4 @@ def simulate_published(published: pd.DataFrame | None = None, datasets: Sequence
                      {**FORMAT_ITEMS, **(n_items or {})}, tau, rho, seed, max_items)
 
 
-GRID = BudgetGrid(FORMAT_BIAS, cells, simulate_published, embedded=EMBEDDED_GRID)
+GRID = BudgetGrid(spec=FORMAT_BIAS, cells=cells, simulate=simulate_published, embedded=EMBEDDED_GRID)

@@ -26,19 +26,23 @@ from mmfragile.studies.format_bias.prompts import (NoStandardFormat, PromptForma
 __all__ = ["STUDY", "cloze_items", "cp_ln_score", "no_standard_message"]
 
 PARAMS = (
-    Param("formats", None, "format names (default: all 48 of Table 1)", csv_list),
-    Param("standard_format", None, "format of the 'standard' variant where Table 5 has none (e.g. "
-          "uppercase-dot-line_break), 'none' to leave that variant out (default: the dataset's Table 5 format)", str),
-    Param("mode", "auto", "auto: the prefix-sharing engine where exact; engine: refuse otherwise; generate: "
-          "batched generate", str, ("auto", "engine", "generate")),
-    Param("batch_size", 32, "prompts per batch (the engine sizes its own tail batches)", int),
-    Param("flush_every", 256, "rows per Parquet part (smaller: less lost on a kill)", int),
-    Param("n_frames", None, "frames per video question (video datasets)", int),
-    Param("fps", None, "sample video frames at this rate (capped by n_frames)", float),
-    Param("video_bounds", True, "sample inside the benchmark's start/end window (MVBench)", bool),
-    Param("skip_bad_rows", False, "leave bad input rows out (listed in the store's config.json) instead of "
-          "stopping", bool),
-    Param("cp_ln", False, "also CP-LN: the log-likelihood of every option text after the cloze prompt", bool),
+    Param(name="formats", default=None, help="format names (default: all 48 of Table 1)", type=csv_list),
+    Param(name="standard_format", default=None,
+          help="format of the 'standard' variant where Table 5 has none (e.g. uppercase-dot-line_break), 'none' to "
+               "leave that variant out (default: the dataset's Table 5 format)", type=str),
+    Param(name="mode", default="auto",
+          help="auto: the prefix-sharing engine where exact; engine: refuse otherwise; generate: batched generate",
+          type=str, choices=("auto", "engine", "generate")),
+    Param(name="batch_size", default=32, help="prompts per batch (the engine sizes its own tail batches)", type=int),
+    Param(name="flush_every", default=256, help="rows per Parquet part (smaller: less lost on a kill)", type=int),
+    Param(name="n_frames", default=None, help="frames per video question (video datasets)", type=int),
+    Param(name="fps", default=None, help="sample video frames at this rate (capped by n_frames)", type=float),
+    Param(name="video_bounds", default=True, help="sample inside the benchmark's start/end window (MVBench)",
+          type=bool),
+    Param(name="skip_bad_rows", default=False,
+          help="leave bad input rows out (listed in the store's config.json) instead of stopping", type=bool),
+    Param(name="cp_ln", default=False,
+          help="also CP-LN: the log-likelihood of every option text after the cloze prompt", type=bool),
 )
 
 
@@ -137,11 +141,11 @@ STUDY = register(Study(
     params=PARAMS,
     load=load,
     stages=(
-        Stage("grid", units=lambda ctx: ctx.data.to_dict("records"), items=grid_items,
-              score=lambda model, params: exact_match_score, config=_config, budget=budget.GRID,
+        Stage(name="grid", units=lambda ctx: ctx.data.to_dict("records"), items=grid_items,
+              score=exact_match_score, config=_config, budget=budget.GRID,
               run_kw=lambda p: {"mode": p["mode"], "batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
-        Stage("cp_ln", subfolder="cp_ln", units=lambda ctx: ctx.data.to_dict("records"), items=cloze_items,
-              score=lambda model, params: cp_ln_score, config=lambda ctx: _config(ctx, "cp_ln"),
+        Stage(name="cp_ln", subfolder="cp_ln", units=lambda ctx: ctx.data.to_dict("records"), items=cloze_items,
+              score=cp_ln_score, config=lambda ctx: _config(ctx, "cp_ln"),
               when=lambda p: p["cp_ln"], run_kw=lambda p: {"batch_size": p["batch_size"]}, unit="option"),
     ),
     summarize=lambda stores: {"per_format": _per_format(stores["grid"].read())} if "grid" in stores else {},

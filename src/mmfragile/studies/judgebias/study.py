@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from mmfragile.errors import UsageError
 from mmfragile.models.base import MLLM, Prompt
 from mmfragile.models.spec import ModelSpec
-from mmfragile.runner import EvalItem, ScoreFn
+from mmfragile.runner import EvalItem
 from mmfragile.shards import question_group
 from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
@@ -43,26 +43,33 @@ from mmfragile.studies.judgebias.report import report as judge_report
 __all__ = ["STUDY", "JudgeData", "score_items", "pair_items", "judge_samples_name"]
 
 PARAMS = (
-    Param("n_samples", 8, "image scenes of the synthetic judge set (release: samples read)", int),
-    Param("seed", 0, "seed of the judge set, the perturbations and the sampled runs", int),
-    Param("perturbations", list(PERTURBATIONS), "perturbations of Table 1 (default: all nine)", csv_list),
-    Param("prompt_variants", ["original"], "score-prompt variants: original, na, score_guide, constraints, "
-          "reasoning, <v>+na", csv_list),
-    Param("runs", 2, "sampled runs per judgment (the paper's repeated judgments)", int),
-    Param("decoding", "sample", "sample: seeded runs; greedy: deterministic (every run repeats run 0)", str,
-          ("sample", "greedy")),
-    Param("temperature", DEFAULT_TEMPERATURE, "sampling temperature", float),
-    Param("top_p", DEFAULT_TOP_P, "nucleus sampling", float),
-    Param("max_new_tokens", DEFAULT_MAX_NEW_TOKENS, "score-wise judgment budget (the paper allows 16384)", int),
-    Param("pairwise", False, "also the position and verbosity pairs (Sec. 4.3)", bool),
-    Param("pairwise_max_new_tokens", 64, "pairwise judgment budget", int),
-    Param("self_generators", None, "other response generators for self-enhancement (the judge is always one); "
-          "unset: no self-enhancement", csv_list),
-    Param("self_reference", True, "with self-enhancement: also score the dataset's correct responses", bool),
-    Param("generator_max_new_tokens", 48, "budget of the generators' responses", int),
-    Param("batch_size", 16, "prompts per batch", int),
-    Param("flush_every", 32, "rows per Parquet part", int),
-    Param("skip_bad_rows", False, "release data: leave bad records out (listed in the stores' config.json)", bool),
+    Param(name="n_samples", default=8, help="image scenes of the synthetic judge set (release: samples read)",
+          type=int),
+    Param(name="seed", default=0, help="seed of the judge set, the perturbations and the sampled runs", type=int),
+    Param(name="perturbations", default=list(PERTURBATIONS), help="perturbations of Table 1 (default: all nine)",
+          type=csv_list),
+    Param(name="prompt_variants", default=["original"],
+          help="score-prompt variants: original, na, score_guide, constraints, reasoning, <v>+na", type=csv_list),
+    Param(name="runs", default=2, help="sampled runs per judgment (the paper's repeated judgments)", type=int),
+    Param(name="decoding", default="sample",
+          help="sample: seeded runs; greedy: deterministic (every run repeats run 0)", type=str,
+          choices=("sample", "greedy")),
+    Param(name="temperature", default=DEFAULT_TEMPERATURE, help="sampling temperature", type=float),
+    Param(name="top_p", default=DEFAULT_TOP_P, help="nucleus sampling", type=float),
+    Param(name="max_new_tokens", default=DEFAULT_MAX_NEW_TOKENS,
+          help="score-wise judgment budget (the paper allows 16384)", type=int),
+    Param(name="pairwise", default=False, help="also the position and verbosity pairs (Sec. 4.3)", type=bool),
+    Param(name="pairwise_max_new_tokens", default=64, help="pairwise judgment budget", type=int),
+    Param(name="self_generators", default=None,
+          help="other response generators for self-enhancement (the judge is always one); unset: no "
+               "self-enhancement", type=csv_list),
+    Param(name="self_reference", default=True,
+          help="with self-enhancement: also score the dataset's correct responses", type=bool),
+    Param(name="generator_max_new_tokens", default=48, help="budget of the generators' responses", type=int),
+    Param(name="batch_size", default=16, help="prompts per batch", type=int),
+    Param(name="flush_every", default=32, help="rows per Parquet part", type=int),
+    Param(name="skip_bad_rows", default=False,
+          help="release data: leave bad records out (listed in the stores' config.json)", type=bool),
 )
 
 
@@ -184,8 +191,14 @@ def score_items(judge: MLLM, units: Sequence[tuple[str, JudgeSample]], params: d
     return items
 
 
-def judgment_score(judge: MLLM, params: dict) -> ScoreFn:
-    return lambda raw, item: score_row(raw, item.key["allow_na"])
+def score_judgment(raw: str, item: EvalItem) -> dict[str, Any]:
+    """A score-wise judgment's columns (its item's ``allow_na``: whether N/A is a valid verdict)."""
+    return score_row(raw, item.key["allow_na"])
+
+
+def score_pair(raw: str, item: EvalItem) -> dict[str, Any]:
+    """A pairwise judgment's columns (its choice)."""
+    return choice_row(raw)
 
 
 # ============================================================================================== pairwise
@@ -233,12 +246,12 @@ def response_items(generator: MLLM, units: Sequence[JudgeSample], params: dict,
     answers the text-only items only. Key: ``model`` = the generator, ``question_id`` = the item id."""
     return [EvalItem({"dataset": sample_dataset(s), "question_id": str(s.meta.get("item_id", s.sample_id)),
                       "variant": "response", "source_sample": s.sample_id},
-                     Prompt(text=s.query, images=list(s.images)), max_new_tokens=int(params["generator_max_new_tokens"]),
-                     group=sample_group(s))
+                     Prompt(text=s.query, images=list(s.images)),
+                     max_new_tokens=int(params["generator_max_new_tokens"]), group=sample_group(s))
             for s in units if can_take(generator, len(s.images))]
 
 
-def _response_score(raw: str, item: EvalItem) -> dict[str, Any]:
+def score_response(raw: str, item: EvalItem) -> dict[str, Any]:
     return {"response": str(raw).strip()}
 
 
@@ -291,17 +304,18 @@ STUDY = register(Study(
     params=PARAMS,
     load=load,
     stages=(
-        Stage("scores", subfolder="scores", units=lambda ctx: ctx.data.conditions, items=score_items,
-              score=judgment_score, config=_config, group_of=lambda unit: sample_group(unit[1]), run_kw=_batch, unit="judgment"),
-        Stage("pairwise", subfolder="pairwise", units=pair_units,
-              items=pair_items, score=lambda judge, params: lambda raw, item: choice_row(raw),
+        Stage(name="scores", subfolder="scores", units=lambda ctx: ctx.data.conditions, items=score_items,
+              score=score_judgment, config=_config, group_of=lambda unit: sample_group(unit[1]), run_kw=_batch,
+              unit="judgment"),
+        Stage(name="pairwise", subfolder="pairwise", units=pair_units,
+              items=pair_items, score=score_pair,
               config=_config, group_of=pair_group, when=lambda p: p["pairwise"], run_kw=_batch,
               unit="judgment"),
-        Stage("responses", subfolder="responses", units=lambda ctx: selfgen_samples(ctx.data.samples),
-              items=response_items, score=lambda model, params: _response_score, config=_config,
+        Stage(name="responses", subfolder="responses", units=lambda ctx: selfgen_samples(ctx.data.samples),
+              items=response_items, score=score_response, config=_config,
               group_of=sample_group, when=lambda p: p["self_generators"] is not None, models=_generators,
               run_kw=_batch, unit="response"),
-        Stage("selfgen", subfolder="scores", units=selfgen_units, items=_selfgen_items, score=judgment_score,
+        Stage(name="selfgen", subfolder="scores", units=selfgen_units, items=_selfgen_items, score=score_judgment,
               config=_config, group_of=lambda unit: selfgen_group(unit[1]),
               when=lambda p: p["self_generators"] is not None, run_kw=_batch, unit="judgment"),
     ),

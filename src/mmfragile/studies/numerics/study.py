@@ -61,9 +61,10 @@ def _items(alternative: str | None):
     return items
 
 
-def _score(model, params: dict):
-    _, stage, oparams = _of(params)
-    return stage.score(model, oparams)
+def score_cell(raw, item, of: str) -> dict:
+    """A cell's output scored as the study it comes from (``of``) scores it, under that study's defaults."""
+    _, stage, oparams = _of({"of": of})
+    return stage.scorer(oparams)(raw, item)
 
 
 def _config(ctx: RunContext) -> dict:
@@ -75,7 +76,8 @@ def _stage(alternative: str | None) -> Stage:
     """The reference run (None) or one alternative's: the same cells into the one store."""
     alt = ALTERNATIVES.get(alternative)
     return Stage(
-        alternative or "reference", units=lambda ctx: ctx.data.units, items=_items(alternative), score=_score,
+        name=alternative or "reference", units=lambda ctx: ctx.data.units, items=_items(alternative), score=score_cell,
+        score_params=("of",),
         config=_config, subfolder=STORE,
         when=(lambda p: True) if alt is None else (lambda p: alternative in p["alternatives"]),
         models=None if alt is None else (lambda ctx: [as_spec(ctx.model, **alt.spec_kwargs,
@@ -99,12 +101,13 @@ STUDY = register(Study(
     name=NAME,
     title="Numerics: the noise floor of an evaluation (answers under arithmetic-only changes)",
     paper="numerics",
-    params=(Param("of", "format-bias", "the study whose cells are rerun", str, OF),
-            Param("alternatives", ["auto"], "alternatives to rerun under (auto: those the backend supports): "
-                  + ", ".join(ALTERNATIVES), csv_list),
-            Param("per_question", 16, "cells sampled per question (seeded; 0: all)", int),
-            Param("seed", 0, "seed of the cell sample and of the batch composition", int),
-            Param("batch_size", 16, "prompts per batched generate (the reference's)", int)),
+    params=(Param(name="of", default="format-bias", help="the study whose cells are rerun", type=str, choices=OF),
+            Param(name="alternatives", default=["auto"],
+                  help="alternatives to rerun under (auto: those the backend supports): " + ", ".join(ALTERNATIVES),
+                  type=csv_list),
+            Param(name="per_question", default=16, help="cells sampled per question (seeded; 0: all)", type=int),
+            Param(name="seed", default=0, help="seed of the cell sample and of the batch composition", type=int),
+            Param(name="batch_size", default=16, help="prompts per batched generate (the reference's)", type=int)),
     load=load,
     stages=(_stage(None), *(_stage(a) for a in ALTERNATIVES)),
     summarize=summarize,

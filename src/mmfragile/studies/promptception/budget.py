@@ -82,4 +82,4 @@ def simulate_published(published: pd.DataFrame | None = None, datasets: Sequence
     return pd.concat(parts, ignore_index=True)
 
 
-GRID = BudgetGrid(PROMPTCEPTION, cells, simulate_published, read_answers)
+GRID = BudgetGrid(spec=PROMPTCEPTION, cells=cells, simulate=simulate_published, read=read_answers)

@@ -23,13 +23,14 @@ import pandas as pd
 from mmfragile.studies.promptception.answers import (ExtractionResult, build_extraction_prompt, is_refusal,
                                                     read_extractor_output)
 from mmfragile.models.base import Prompt
-from mmfragile.runner import EvalItem, ScoreFn
+from mmfragile.runner import EvalItem
 from mmfragile.schema import MCQuestion
 from mmfragile.store import ResultStore
 from mmfragile.studies.promptception.prompts import get_prompt_type
 
 __all__ = ["PENDING", "EXTRACTION_STORE", "EXTRACTION_MAX_NEW_TOKENS", "ExtractionItem",
-           "pending_answers", "extraction_items", "extraction_item", "extraction_score", "answer_columns", "with_extraction", "read_answers"]
+           "pending_answers", "extraction_items", "extraction_item", "score_extraction", "answer_columns",
+           "with_extraction", "read_answers"]
 
 #: ``extraction_stage`` of an answer waiting for the extractor
 PENDING = "pending"
@@ -88,15 +89,11 @@ def extraction_item(key: dict[str, Any], question: str, options: Sequence[str], 
                           answer_id=answer_id, max_new_tokens=max_new_tokens, letters=list(letters), response=response)
 
 
-def extraction_score(exclude_refusals: bool) -> ScoreFn:
+def score_extraction(out: str, item: ExtractionItem, exclude_refusals: bool = False) -> dict[str, Any]:
     """Score the extractor's output into the answer's columns (the ``refusal`` policy of
-    :func:`mmfragile.studies.promptception.items.make_score_fn`)."""
-
-    def score(out: str, item: ExtractionItem) -> dict[str, Any]:
-        return answer_columns(read_extractor_output(out, item.letters, exclude_refusals), item.response,
-                              item.answer_id, exclude_refusals)
-
-    return score
+    :func:`mmfragile.studies.promptception.items.score_answer`)."""
+    return answer_columns(read_extractor_output(out, item.letters, exclude_refusals), item.response,
+                          item.answer_id, exclude_refusals)
 
 
 def answer_columns(res: ExtractionResult, response: str | None, answer_id: str,

@@ -16,7 +16,7 @@ Protocol (seed ``promptception``):
 * Generation is greedy with one ``max_new_tokens`` for every prompt (default 48: enough for the answer
   formats and a short rationale of the CoT / "explain" prompts, cheap enough for CPU runs; the paper does
   not state its limit). A truncated rationale that never names a letter goes to stage 2 like any other.
-* App. E: answers are extracted in two stages: the regex by :func:`make_score_fn`, then a text model - GPT-4o mini
+* App. E: answers are extracted in two stages: the regex by :func:`score_answer`, then a text model - GPT-4o mini
   in the paper, SmolLM2 in the notebooks - as the study's own ``extraction`` stage, batched
   (:mod:`mmfragile.studies.promptception.extraction`). Unresolved answers are **incorrect and kept**.
   ``exclude_refusals=True`` is the paper's GPT-4o policy: refusal-aware matching prompt (Fig. 8) and the
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -46,7 +46,7 @@ from mmfragile.models.spec import ModelSpec, spec_of
 from mmfragile.studies.promptception.extraction import PENDING, answer_columns
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "MODALITY_ORDER", "PromptceptionItem", "promptception_items",
-           "resolve_model_kind", "make_score_fn", "frame_indices", "sample_frames", "select_questions", "run_config"]
+           "resolve_model_kind", "score_answer", "frame_indices", "sample_frames", "select_questions", "run_config"]
 
 #: Generation limit of every prompt (see the module docstring).
 DEFAULT_MAX_NEW_TOKENS = 48
@@ -69,7 +69,7 @@ def resolve_model_kind(model: "MLLM | ModelSpec | str", model_kind: str = "auto"
     "proprietary" for API models (a spec of an ``api`` backend such as ``openai:``, the one a loaded model carries
     or declares: ``spec_of``) and "open" for everything else."""
     if model_kind == "auto":  # API models get the proprietary variant (Appendix A), local ones the open one
-        api = (ModelSpec.parse(model) if isinstance(model, (str, ModelSpec)) else spec_of(model)).kind == "api"
+        api = (ModelSpec.parse(model) if isinstance(model, (str, ModelSpec)) else spec_of(model)).origin == "api"
         return "proprietary" if api else "open"
     return model_kind
 
@@ -155,15 +155,16 @@ def _question_items(q: MCQuestion, rec: dict, types, kind: str, max_new_tokens: 
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-def make_score_fn(exclude_refusals: bool = False, match_text: bool = False,
-                  stage2: bool = False) -> Callable[[str, EvalItem], dict[str, Any]]:
-    """A ``run_items`` score function applying what needs no model of the two-stage extraction of Appendix E.
+def score_answer(raw: str, item: EvalItem, exclude_refusals: bool = False, match_text: bool = False,
+                 extractor: str | None = None) -> dict[str, Any]:
+    """Score one answer with what needs no model of the two-stage extraction of Appendix E (the ``prompts``
+    stage's score; ``exclude_refusals``, ``match_text`` and ``extractor`` are the study's parameters).
 
     Stage 1 is the regex of :func:`mmfragile.studies.promptception.answers.extract_letter_regex`. ``match_text`` adds
     :func:`mmfragile.studies.promptception.answers.match_option_text` after it (a response that names exactly one
     option's text; stage
     "text"), a free stand-in for a weak or absent stage-2 model. An answer neither resolves is "failed", or with
-    ``stage2`` (the study has an extractor) "pending": the study's ``extraction`` stage sends it to the extractor
+    an ``extractor`` (the stage-2 model's spec) "pending": the study's ``extraction`` stage sends it to the extractor
     model as its own batched request (:mod:`mmfragile.studies.promptception.extraction`), with the Fig. 7 prompt, or
     the refusal-aware Fig. 8 prompt when ``exclude_refusals`` is set (the paper's GPT-4o policy).
 
@@ -177,17 +178,13 @@ def make_score_fn(exclude_refusals: bool = False, match_text: bool = False,
     unresolved response is "failed", but ``refusal`` still flags responses that read as refusals
     (:func:`mmfragile.studies.promptception.answers.is_refusal`) for reporting - they stay incorrect.
     """
-
-    def score(raw: str, item: EvalItem) -> dict[str, Any]:
-        question = getattr(item, "question", "") or item.prompt.text
-        options = list(getattr(item, "options", None) or [])
-        res = resolve_without_model(raw, question, item.option_ids, options=options, refusals=exclude_refusals,
-                                    match_text=match_text)
-        if res is None:
-            res = ExtractionResult(None, PENDING if stage2 else "failed")
-        return answer_columns(res, raw, item.answer_id, exclude_refusals)
-
-    return score
+    question = getattr(item, "question", "") or item.prompt.text
+    options = list(getattr(item, "options", None) or [])
+    res = resolve_without_model(raw, question, item.option_ids, options=options, refusals=exclude_refusals,
+                                match_text=match_text)
+    if res is None:
+        res = ExtractionResult(None, PENDING if extractor else "failed")
+    return answer_columns(res, raw, item.answer_id, exclude_refusals)
 
 
 # ---------------------------------------------------------------------------------------------- runs

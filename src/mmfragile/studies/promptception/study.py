@@ -15,33 +15,41 @@ import pandas as pd
 from mmfragile.data.loaders import run_info
 from mmfragile.models.base import MLLM
 from mmfragile.models.spec import ModelSpec, as_spec
-from mmfragile.runner import EvalItem, ScoreFn
+from mmfragile.runner import EvalItem
 from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
 from mmfragile.studies.promptception import budget, report
 from mmfragile.studies.promptception.analysis import summarize_run
-from mmfragile.studies.promptception.items import (DEFAULT_MAX_NEW_TOKENS, make_score_fn, promptception_items,
+from mmfragile.studies.promptception.items import (DEFAULT_MAX_NEW_TOKENS, score_answer, promptception_items,
                                                    resolve_model_kind, run_config, select_questions)
 from mmfragile.studies.promptception.extraction import (EXTRACTION_MAX_NEW_TOKENS, EXTRACTION_STORE,
-                                                        extraction_items, extraction_score, pending_answers,
+                                                        extraction_items, score_extraction, pending_answers,
                                                         read_answers)
 
 __all__ = ["STUDY"]
 
 PARAMS = (
-    Param("prompt_ids", None, "prompt types (default: all 61); keep 1.1, the baseline, in any subset", csv_list),
-    Param("model_kind", "auto", "open or proprietary answer formats (Appendix A); auto: proprietary for API models",
-          str, ("auto", "open", "proprietary")),
-    Param("max_new_tokens", DEFAULT_MAX_NEW_TOKENS, "one generation limit for every prompt", int),
-    Param("n_frames", 16, "frames per video question (Appendix F uses 16-64)", int),
-    Param("fps", None, "sample video frames at this rate (capped by n_frames)", float),
-    Param("video_bounds", False, "MVBench start/end windows (the authors' release samples whole clips)", bool),
-    Param("extractor", None, "stage-2 answer matcher (Appendix E), a model spec such as smollm2", str),
-    Param("match_text", False, "before stage 2: a response naming exactly one option's text is that option", bool),
-    Param("exclude_refusals", False, "the paper's GPT-4o policy: refusal-aware matcher, refusals left out", bool),
-    Param("batch_size", 16, "prompts per batch", int),
-    Param("flush_every", 256, "rows per Parquet part", int),
-    Param("skip_bad_rows", False, "leave bad input rows out (listed in the store's config.json)", bool),
+    Param(name="prompt_ids", default=None,
+          help="prompt types (default: all 61); keep 1.1, the baseline, in any subset", type=csv_list),
+    Param(name="model_kind", default="auto",
+          help="open or proprietary answer formats (Appendix A); auto: proprietary for API models",
+          type=str, choices=("auto", "open", "proprietary")),
+    Param(name="max_new_tokens", default=DEFAULT_MAX_NEW_TOKENS, help="one generation limit for every prompt",
+          type=int),
+    Param(name="n_frames", default=16, help="frames per video question (Appendix F uses 16-64)", type=int),
+    Param(name="fps", default=None, help="sample video frames at this rate (capped by n_frames)", type=float),
+    Param(name="video_bounds", default=False,
+          help="MVBench start/end windows (the authors' release samples whole clips)", type=bool),
+    Param(name="extractor", default=None, help="stage-2 answer matcher (Appendix E), a model spec such as smollm2",
+          type=str),
+    Param(name="match_text", default=False,
+          help="before stage 2: a response naming exactly one option's text is that option", type=bool),
+    Param(name="exclude_refusals", default=False,
+          help="the paper's GPT-4o policy: refusal-aware matcher, refusals left out", type=bool),
+    Param(name="batch_size", default=16, help="prompts per batch", type=int),
+    Param(name="flush_every", default=256, help="rows per Parquet part", type=int),
+    Param(name="skip_bad_rows", default=False, help="leave bad input rows out (listed in the store's config.json)",
+          type=bool),
 )
 
 
@@ -69,11 +77,6 @@ def items(model: MLLM, units: list, params: dict, skipped: list | None) -> list[
                                fps=params["fps"], video_bounds=params["video_bounds"], skipped=skipped)
 
 
-def score(model: MLLM, params: dict) -> ScoreFn:
-    return make_score_fn(exclude_refusals=params["exclude_refusals"], match_text=params["match_text"],
-                         stage2=bool(params["extractor"]))
-
-
 def extractor_spec(ctx: RunContext) -> list[ModelSpec]:
     """The extraction stage's model: the ``extractor`` spec (the evaluated model's own spec if it names it)."""
     return [ctx.model if ctx.params["extractor"] == ctx.model_name else as_spec(ctx.params["extractor"])]
@@ -96,13 +99,14 @@ STUDY = register(Study(
     paper="promptception",
     params=PARAMS,
     load=load,
-    stages=(Stage("prompts", units=lambda ctx: ctx.data.to_dict("records"), items=items, score=score,
+    stages=(Stage(name="prompts", units=lambda ctx: ctx.data.to_dict("records"), items=items, score=score_answer,
+                  score_params=("exclude_refusals", "match_text", "extractor"),
                   config=_config, budget=budget.GRID,
                   run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
             # stage 2 of Appendix E: the pending answers through the extractor, batched, into <folder>/extraction
-            Stage(EXTRACTION_STORE, units=extraction_units, subfolder=EXTRACTION_STORE, config=_extraction_config,
+            Stage(name=EXTRACTION_STORE, units=extraction_units, subfolder=EXTRACTION_STORE, config=_extraction_config,
                   items=lambda model, units, p, skipped: extraction_items(units, p["exclude_refusals"]),
-                  score=lambda model, p: extraction_score(p["exclude_refusals"]), models=extractor_spec,
+                  score=score_extraction, score_params=("exclude_refusals",), models=extractor_spec,
                   when=lambda p: bool(p["extractor"]), unit="answer",
                   run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]})),
     summarize=lambda stores: summarize_run(read_answers(stores["prompts"])) if "prompts" in stores else {},
