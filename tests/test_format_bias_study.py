@@ -103,7 +103,7 @@ def test_mitigation_inputs_match_the_metrics_functions():
     logit = lambda q, s, p: [2.0, 0.5, -1.0][p] + 0.3 * q  # noqa: E731  position-0 prior
     pq = fbs.results_to_metrics_frame(_run_rows(pick=lambda q, s, f: 0, logit=logit), include_standard=True)
     inp = fbs.mitigation_inputs(pq)
-    assert len(inp["pia"]) == 6 and set(inp["pia"].columns) >= {"question_id", "answer", "selected", "n_options"}
+    assert len(inp["pia"]) == 6 and set(inp["pia"].columns) >= {"question_id", "answer_position", "selected_position", "n_options"}
     van = fbs.vanilla_scores(pq)
     assert van.accuracy.iloc[0] == pytest.approx(100 / 3) and van.complexity.iloc[0] == 6
     pia = fbs.pia_scores(pq)
@@ -211,7 +211,7 @@ def test_notebooks_run_on_tiny_runs_and_published(tmp_path):
     runs, figs = tmp_path / "runs", tmp_path / "figs"
     nb = REPO / "notebooks"
     papermill.execute_notebook(str(nb / "30_format_bias_run.ipynb"), str(tmp_path / "30.ipynb"), cwd=str(REPO),
-                               parameters=dict(model="tiny-vlm", n_questions=2, results_dir=str(runs)),
+                               parameters=dict(model="tiny-vlm", dataset="synthetic-image", n=2, cp_ln=True, results_dir=str(runs)),
                                progress_bar=False)
     assert (runs / "tiny-vlm" / "synthetic-image" / "cp_ln" / "config.json").exists()
     for name in ("31_format_effects", "32_format_significance", "33_format_confidence", "34_format_mitigation"):

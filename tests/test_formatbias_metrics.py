@@ -194,7 +194,7 @@ def test_selection_pattern_eq11_12():
     pq = pd.DataFrame(_rows("M", "D", F_UP, items))
     sp = fb.selection_pattern(pq).set_index("position")
     # n_i = 6, 6, 4, 4; s_i = 3, 2, 0, 0; f = .5, 1/3, 0, 0; normalised by 5/6
-    assert sp.appeared.tolist() == [6, 6, 4, 4] and sp.selected.tolist() == [3, 2, 0, 0]
+    assert sp.n_appeared.tolist() == [6, 6, 4, 4] and sp.n_selected.tolist() == [3, 2, 0, 0]
     assert sp.frequency.tolist() == pytest.approx([0.6, 0.4, 0.0, 0.0])
     # explicit n_options gives the same result
     sp2 = fb.selection_pattern(pq.assign(n_options=[4, 4, 4, 4, 2, 2]))

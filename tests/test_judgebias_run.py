@@ -211,7 +211,7 @@ def test_interrupted_run_resumes_without_duplicates(three, tmp_path):
 
 def test_text_only_judge_skips_image_inputs(three, tmp_path):
     judge = FakeJudge(lambda p: "Score: 7", name="text-judge", supports_images=False)
-    with pytest.warns(UserWarning, match="cannot read images"):
+    with pytest.warns(UserWarning, match="text-judge takes no images: 3 of 3 questions"):
         run = judge_run(judge, three, tmp_path, runs=1, decoding="greedy")
     assert judge.calls == 1
     assert run.table("scores")["question_id"].tolist() == ["txt000-good"]

@@ -25,8 +25,8 @@ def _pia_toy():
         "question_id": ["q1"] * 3 + ["q2"] * 3,
         "shift": [0, 1, 2] * 2,
         "n_options": 3,
-        "answer":   [0, 2, 1, 1, 0, 2],
-        "selected": [0, 2, 0, 1, 0, -1],   # last row out of coverage
+        "answer_position": [0, 2, 1, 1, 0, 2],
+        "selected_position": [0, 2, 0, 1, 0, -1],   # last row out of coverage
     })
 
 
@@ -42,7 +42,7 @@ def test_pia_hand_computed():
     assert r.details["plain_accuracy"] == pytest.approx(4 / 6)
     # N = number of rows (6): 1/3 * [(2/3)(2/6) + (1)(1/6) + (1)(1/6)] = 1/3 * 5/9 = 5/27
     assert pia(df, n_questions=6).accuracy == pytest.approx(5 / 27)
-    assert pia_score(df.selected, df.answer, 3, 2) == pytest.approx(5 / 9)
+    assert pia_score(df.selected_position, df.answer_position, 3, 2) == pytest.approx(5 / 9)
 
 
 def test_pia_perfect_model_is_one_and_never_selected_position_is_zero():
@@ -62,7 +62,7 @@ def _circular_uniform(n_q, M, correct_per_pos, wrong_covered_per_pos):
         ans += [i] * n_q
         sel += [i] * c + [(i + 1) % M] * w + [-1] * (n_q - c - w)
     qids = [f"q{j}" for j in range(n_q)] * M  # each question once per shift
-    return pd.DataFrame({"question_id": qids, "answer": ans, "selected": sel, "n_options": M})
+    return pd.DataFrame({"question_id": qids, "answer_position": ans, "selected_position": sel, "n_options": M})
 
 
 def test_pia_reproduces_table7a_aokvqa():
@@ -70,12 +70,12 @@ def test_pia_reproduces_table7a_aokvqa():
     # Gemma-3: acc 78.079 %, cov 100 % -> 3576 correct of 4580 rows = 894 per position, 251 wrong.
     # Uniform selection: PIA = (894/1145)^2 = 0.60963 -> Table 7(a) PIA 61.00.
     g = _circular_uniform(1145, 4, [894] * 4, [251] * 4)
-    assert g.selected.ge(0).mean() == 1.0 and (g.selected == g.answer).mean() == pytest.approx(0.78079, abs=1e-4)
+    assert g.selected_position.ge(0).mean() == 1.0 and (g.selected_position == g.answer_position).mean() == pytest.approx(0.78079, abs=1e-4)
     assert 100 * pia(g, dataset="A-OKVQA").accuracy == pytest.approx(61.00, abs=0.1)
     # LLaVA-1.5: acc 12.293 %, cov 13.865 % -> 563 correct, 635 covered rows (72 wrong-covered).
     # PIA ~ a^2/c = 0.1090 -> Table 7(a) 10.93.
     l = _circular_uniform(1145, 4, [141, 141, 141, 140], [18] * 4)
-    assert (l.selected == l.answer).sum() == 563 and l.selected.ge(0).sum() == 635
+    assert (l.selected_position == l.answer_position).sum() == 563 and l.selected_position.ge(0).sum() == 635
     assert 100 * pia(l, dataset="A-OKVQA").accuracy == pytest.approx(10.93, abs=0.1)
 
 
@@ -90,8 +90,8 @@ def test_pia_hrbench_reading_with_n_rows():
 
 
 def test_pia_rejects_varying_option_counts():
-    df = pd.DataFrame({"question_id": ["a", "a", "b", "b", "b", "b"], "answer": [0, 1, 0, 1, 2, 3],
-                       "selected": [0, 1, 0, 1, 2, 3], "n_options": [2, 2, 4, 4, 4, 4]})
+    df = pd.DataFrame({"question_id": ["a", "a", "b", "b", "b", "b"], "answer_position": [0, 1, 0, 1, 2, 3],
+                       "selected_position": [0, 1, 0, 1, 2, 3], "n_options": [2, 2, 4, 4, 4, 4]})
     with pytest.raises(ValueError, match=r"PIA.*'V\*Bench'.*2, 4 options"):
         pia(df, dataset="V*Bench")
     with pytest.raises(ValueError):

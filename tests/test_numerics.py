@@ -272,7 +272,7 @@ def test_the_numerics_notebook_writes_the_floor_table_the_store_gives(tmp_path):
     runs, figs = tmp_path / "runs", tmp_path / "figs"
     papermill.execute_notebook(str(repo / "notebooks" / "60_numerics_run.ipynb"), str(tmp_path / "60.ipynb"),
                                cwd=str(repo), progress_bar=False,
-                               parameters=dict(model="tiny-vlm", dataset="easy-vqa", n_questions=1, per_question=4,
+                               parameters=dict(model="tiny-vlm", dataset="easy-vqa", n=1, per_question=4,
                                                alternatives=["repeat", "bfloat16"], results_dir=str(runs),
                                                figures_dir=str(figs)))
     got = pd.read_csv(figs / "floor_format-bias_tiny-vlm.csv")

@@ -14,7 +14,7 @@ from mmfragile.runner import run_items
 from mmfragile.models.base import MLLM, Prompt
 from mmfragile.errors import DataError
 from mmfragile.store import ResultStore
-from mmfragile.study import tag
+from mmfragile.study import answerable, tag
 from mmfragile.studies.promptception.study import STUDY
 from mmfragile.studies.promptception.extraction import PENDING, extraction_item, score_extraction
 from mmfragile.studies.promptception import (PromptceptionItem, accuracy_frame, figure_note_for, frame_indices,
@@ -115,8 +115,10 @@ def test_items_subset_options_and_text_only_model(synthetic):
     assert "$LETTER" in p121 and "$LETTER" not in no_dollar and "LETTER" in no_dollar
     with pytest.raises(KeyError):
         promptception_items(FakeMLLM(True), qs, prompt_ids=["16.1"])
-    with pytest.warns(UserWarning, match="text-only"):
-        text_items = promptception_items(FakeMLLM(supports_images=False), qs, prompt_ids=["1.1"])
+    # a text-only model gets the items of every question; mmfragile.study.answerable leaves out the image ones
+    text_only = FakeMLLM(supports_images=False)
+    with pytest.warns(UserWarning, match="fake takes no images: 3 of 4 questions"):
+        text_items = answerable(text_only, promptception_items(text_only, qs, prompt_ids=["1.1"]))
     assert [it.key["modality"] for it in text_items] == ["text"]
 
 

@@ -146,6 +146,9 @@ def _add_run_args(p: argparse.ArgumentParser, study) -> None:
         p.add_argument("--budget-seed", type=int, default=0, help="seed of the budgeted design")
         p.add_argument("--budget-batch", type=int, default=None,
                        help="cells per adaptive batch (default: a tenth of the rest)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads where the models work (default: torch's; 1 is often faster on a shared "
+                        "2-core machine)")
     p.add_argument("--quiet", action="store_true")
     _add_params(p.add_argument_group(f"{study.name} parameters"), study.params)
 
@@ -191,7 +194,7 @@ def _run(a: argparse.Namespace, study) -> int:
                         adaptive=getattr(a, "adaptive", False), budget_seed=getattr(a, "budget_seed", 0),
                         budget_batch=getattr(a, "budget_batch", None), budget_target=getattr(a, "target", None),
                         budget_stop_on=getattr(a, "stop_on", None), budget_round=getattr(a, "budget_round", 0.01),
-                        progress=not a.quiet, **params)
+                        progress=not a.quiet, threads=a.threads, **params)
     except tuple(study.errors) as e:  # the study's own errors: its one line names what to pass
         print(f"error: {_one_line(study.error_line(e))}", file=sys.stderr)
         return 2

@@ -15,8 +15,10 @@ docs/numerics.md.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from typing import Iterator
 
 #: the switch (any value but "" / "0")
 ENV = "MMFRAGILE_DETERMINISTIC"
@@ -67,4 +69,21 @@ def apply() -> None:
             raise RuntimeError(f"{ENV}=1 but numpy was imported before mmfragile with OpenBLAS's "
                                f"{', '.join(sorted(map(str, loaded)))} kernels: import mmfragile before torch and "
                                "numpy (or run `python -m mmfragile --deterministic ...`)")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch CPU threads (None: as set), then restore (``run_study(threads=)``; the numerics
+    study's thread-count alternative: the thread count is part of the arithmetic)."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
+from typing import Callable
 
 import matplotlib
 
@@ -26,6 +28,20 @@ def save_figure(fig: Figure, path, dpi: int = 150) -> None:
     """Write ``fig`` (PNG/PDF by extension) with a tight bounding box and close it."""
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
+
+
+def figure_saver(folder: str | Path, dpi: int = 150) -> Callable[[Figure, str], Path]:
+    """The notebooks' one ``save``: ``save(fig, name)`` writes ``fig`` as ``folder / name`` (:func:`save_figure`;
+    the folder is created), says where, and returns the path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def save(fig: Figure, name: str) -> Path:
+        save_figure(fig, folder / name, dpi=dpi)
+        print("saved", folder / name)
+        return folder / name
+
+    return save
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import numbers
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,8 +31,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, cast
 
+import numpy as np
 import pandas as pd
 
+from mmfragile.determinism import torch_threads
 from mmfragile.models.base import MLLM
 from mmfragile.models.spec import ModelSpec, as_spec, spec_of
 from mmfragile.paths import safe_name
@@ -75,10 +78,36 @@ class Param:
         dashed = self.name.replace("_", "-")
         return f"--no-{dashed}" if self.type is bool and self.default is True else f"--{dashed}"
 
+    def check(self, value: Any, where: str) -> Any:
+        """``value`` as this parameter holds it - a string parsed by ``type`` where the parameter is no string (a
+        notebook's ``"1.1,2.1"``, a list) - or a one-line TypeError naming ``where``, the parameter and the type
+        it needs. None passes where the default is None (unset)."""
+        if value is None and self.default is None:
+            return None
+        if isinstance(value, str) and self.type not in (str, bool, None):   # bool("no") is True: not parsed
+            try:
+                value = self.type(value)
+            except ValueError:
+                pass   # reported below with the type it needs
+        held = VALUE_TYPES.get(self.type)
+        if held is not None and (not isinstance(value, held[0]) or (isinstance(value, bool) and self.type is not bool)):
+            raise TypeError(f"{where}: {self.name} takes {held[1]}{' or None' if self.default is None else ''}, "
+                            f"not {value!r}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{where}: {self.name} must be one of {self.choices}, not {value!r}")
+        return list(value) if self.type is csv_list else value
+
 
 def csv_list(text: str) -> list[str]:
     """A CLI list: ``"a,b,c"`` -> ``["a", "b", "c"]``."""
     return [p.strip() for p in str(text).split(",") if p.strip()]
+
+
+#: what a parameter of each declared ``type`` holds, and how an error names it (a type not listed is not checked)
+VALUE_TYPES: dict[Any, tuple[tuple[type, ...], str]] = {
+    int: ((numbers.Integral,), "an integer"), float: ((numbers.Real,), "a number"),
+    bool: ((bool, np.bool_), "True or False"), str: ((str,), "a string"),
+    csv_list: ((list, tuple), "a list (or a comma-separated string)")}
 
 
 def record_group(rec: Mapping[str, Any]) -> str:
@@ -254,17 +283,32 @@ class Study:
         if bad:
             raise TypeError(f"study {self.name!r} has no parameter(s) {bad}; its parameters: {sorted(known)}")
         out = {p.name: p.default for p in self.params}
-        out.update(params)
-        for name, value in out.items():
-            p = known[name]
-            if p.choices and value not in p.choices:
-                raise ValueError(f"{self.name}: {name} must be one of {p.choices}, not {value!r}")
+        out.update({name: known[name].check(value, self.name) for name, value in params.items()})
         return out
+
+    def check(self) -> None:
+        """What :func:`register` checks: parameter names unique, each default of its declared type, every stage's
+        ``score_params`` a parameter, stage names unique."""
+        names = [p.name for p in self.params]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"study {self.name!r} declares the parameter(s) {twice} twice")
+        for p in self.params:
+            p.check(p.default, f"study {self.name!r}, the default of")
+        stages = [s.name for s in self.stages]
+        if len(set(stages)) != len(stages):
+            raise ValueError(f"study {self.name!r} has two stages of one name: {stages}")
+        for st in self.stages:
+            unknown = sorted(set(st.score_params) - set(names))
+            if unknown:
+                raise ValueError(f"study {self.name!r}, stage {st.name!r}: score_params {unknown} are no parameter "
+                                 f"of the study; its parameters: {names}")
 
 
 def register(study: Study) -> Study:
     """Add a study to the registry (replacing one of the same name); returns it. The calling module (its name
     and file) is recorded as the study's origin: a process that lacks the study (a Ray worker) imports it."""
+    study.check()
     caller = sys._getframe(1).f_globals
     _REGISTRY[study.name] = study
     _ORIGINS[study.name] = (caller.get("__name__", ""), caller.get("__file__"))
@@ -364,6 +408,7 @@ class StageTask:
     budget_stop_on: tuple[str, ...] | None = None   # "auto": the statistics (default: mean and spread)
     budget_round: float = 0.01                # "auto": the share of the grid one round adds
     progress: bool = False
+    threads: int | None = None   # torch CPU threads where the work runs (None: as set)
     stop_after: int | None = None   # end after that many new rows (a killed run, in tests)
     origin: tuple[str, str | None] | None = None   # where the study was registered (default: this process's)
 
@@ -393,13 +438,13 @@ class StageTask:
         shard = Shard.parse(shard)
         units = shard.select(units, stage.group_of) if shard.count > 1 else list(units)
         skipped: list[dict[str, Any]] | None = [] if params.get("skip_bad_rows") else None
-        items = stage.items(model, units, params, skipped)
+        items = answerable(model, stage.items(model, units, params, skipped), stage.unit)
         if skipped:
             store.add_skipped_rows(skipped)
         score = stage.scorer(params)
         kw = {"progress": self.progress, "desc": f"{model.name} {self.study}/{self.stage}", "unit": stage.unit,
               **stage.run_kw(params)}
-        with stage.runs_under(params):   # a budgeted run too
+        with torch_threads(self.threads), stage.runs_under(params):   # a budgeted run too
             if self.budget is None:
                 run_items(model, items, store, score, shard=shard, stop_after=self.stop_after, **kw)
                 return
@@ -492,6 +537,7 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
               tasks: int | None = None, budget: float | int | str | None = None, adaptive: bool = False,
               budget_seed: int = 0, budget_batch: int | None = None, budget_target: float | None = None,
               budget_stop_on: Sequence[str] | None = None, budget_round: float = 0.01, progress: bool = True,
+              threads: int | None = None,
               models: Callable[[ModelSpec], MLLM] | None = None, **params: Any) -> StudyRun:
     """Run ``study`` for ``model`` on ``dataset`` into resumable stores, stage by stage, and return what it did.
 
@@ -509,7 +555,8 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
     (``ray_address``, ``tasks``). ``budget`` (a share such as 0.05, or a cell count) runs a seeded stratified
     subset of each grid stage - with ``adaptive``, half of it stratified and the rest where it shrinks the
     uncertainty most (:mod:`mmfragile.budget`); stages that are no grid run whole. A budget covers the whole
-    grid, so it takes neither ``shard`` nor ``workers``. ``stages``: run only these stages."""
+    grid, so it takes neither ``shard`` nor ``workers``. ``stages``: run only these stages. ``threads``: torch CPU
+    threads where the models work (None: torch's default; on a shared 2-core machine 1 is often faster)."""
     study = get_study(study)
     if (budget == "auto") != (budget_target is not None):
         raise ValueError("--budget auto stops at --target PP (the widest interval, in percentage points): give both, "
@@ -553,7 +600,7 @@ def run_study(study: "str | Study", model: "str | ModelSpec | MLLM | None" = Non
         task = StageTask(study.name, stage.name, tuple(sorted(ctx.params.items())),
                          budget if stage.budget else None, adaptive, budget_seed, budget_batch,
                          budget_target=budget_target, budget_stop_on=None if budget_stop_on is None else
-                         tuple(budget_stop_on), budget_round=budget_round, progress=progress)
+                         tuple(budget_stop_on), budget_round=budget_round, progress=progress, threads=threads)
         mspecs = stage.models(ctx) if stage.models else [spec]
         for mspec in mspecs:  # every model's identity is checked before any of them loads
             _pin_model(store, mspec, loaded if mspec is spec else None, dataset, provenance)
@@ -631,6 +678,23 @@ def _provenance(spec: ModelSpec, loaded: MLLM | None, dataset: str | None) -> di
         return run_provenance(str(spec), folder, dataset)
     except (OSError, ValueError) as e:
         return {"model_spec": str(spec), "checkpoint_sha256": f"not recorded: {type(e).__name__}: {e}"}
+
+
+def answerable(model: MLLM, items: list[EvalItem], unit: str = "prompt") -> list[EvalItem]:
+    """The one policy for a model that takes no images (``supports_images`` False), in every study: the items of
+    questions with images are left out of the run before any request, with one warning that counts them; the
+    text questions run. A model that takes images gets every item."""
+    if model.supports_images:
+        return items
+    kept = [it for it in items if not it.prompt.images]
+    if len(kept) < len(items):
+        import warnings
+
+        with_images = {it.group for it in items if it.prompt.images}
+        warnings.warn(f"{model.name} takes no images: {len(with_images)} of {len({it.group for it in items})} "
+                      f"questions have images; their {len(items) - len(kept)} {unit}(s) are left out of this run",
+                      stacklevel=3)
+    return kept
 
 
 def stored_keys(store: ResultStore) -> set[tuple[str, ...]]:

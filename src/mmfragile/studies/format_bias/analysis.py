@@ -330,8 +330,8 @@ def _std_keep(st: pd.DataFrame) -> pd.DataFrame:
 
 def _pia_input(pq: pd.DataFrame) -> pd.DataFrame:
     st = standard_rows(pq)
-    return _std_keep(st).assign(answer=st["answer_position"].astype(int),
-                                selected=st["selected_position"].astype(int)).reset_index(drop=True)
+    return _std_keep(st).assign(answer_position=st["answer_position"].astype(int),
+                                selected_position=st["selected_position"].astype(int)).reset_index(drop=True)
 
 
 def _pride_input(pq: pd.DataFrame) -> pd.DataFrame:
@@ -346,8 +346,8 @@ def mitigation_inputs(pq: pd.DataFrame, cp_ln: pd.DataFrame | None = None) -> di
 
     * ``pseudo_gt``: format-level scores of the 48 grid formats (:func:`fb.format_scores`);
     * ``vanilla``: standard-format rows ``model, dataset, question_id, shift, n_options, correct``;
-    * ``pia``: the same rows as :func:`mit.pia` reads them: ``question_id, answer, selected, n_options``
-      (``answer`` / ``selected`` = shown positions, -1 = not covered);
+    * ``pia``: the same rows as :func:`mit.pia` reads them: ``question_id, answer_position, selected_position,
+      n_options`` (shown positions, as the grid store holds them; -1 = not covered);
     * ``pride``: ``question_id, shift, n_options, answer, probs`` - ``probs`` are the standard format's
       option-ID *logits* in shown order (pass ``logits=True`` to PriDe), every circular shift;
     * ``cp_ln``: ``question_id, option, logprob, n_tokens, answer, n_options`` (empty if no CP-LN run).

@@ -461,7 +461,7 @@ def selection_pattern(per_question: pd.DataFrame, by_factor: bool = False) -> pd
             (12 evaluations per option-ID / delimiter level, 16 per separator level), as in Figs. 10-14.
 
     Returns:
-        per format: ``model, dataset, option_ids, delimiter, separator, position, selected, appeared,
+        per format: ``model, dataset, option_ids, delimiter, separator, position, n_selected, n_appeared,
         f, frequency``; with ``by_factor``: ``model, dataset, factor, level, position, frequency, n_formats``.
         Positions are 0-based.
     """
@@ -493,7 +493,7 @@ def selection_pattern(per_question: pd.DataFrame, by_factor: bool = False) -> pd
         freq = f / total if total > 0 else np.full(o, np.nan)
         for i in range(o):
             rows.append((*key, i, int(selected[i]), int(appeared[i]), f[i], freq[i]))
-    out = pd.DataFrame(rows, columns=[*keys, "position", "selected", "appeared", "f", "frequency"])
+    out = pd.DataFrame(rows, columns=[*keys, "position", "n_selected", "n_appeared", "f", "frequency"])
     if not by_factor:
         return out
     parts = []

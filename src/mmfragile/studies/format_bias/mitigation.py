@@ -101,8 +101,8 @@ def pia(results: pd.DataFrame, dataset: str | None = None, n_options: int | None
         n_questions: int | None = None) -> MitigationResult:
     """PIA (Eq. 7) from a table of scored rows.
 
-    ``results`` columns: ``question_id``, ``answer`` (correct position in the shown order),
-    ``selected`` (chosen position, -1 if out of coverage), and ``n_options`` (or pass
+    ``results`` columns: ``question_id``, ``answer_position`` (correct position in the shown order),
+    ``selected_position`` (chosen position, -1 if out of coverage; the grid store's columns), and ``n_options`` (or pass
     ``n_options``). Rows are typically the N x O circular-evaluation items of one format
     (Table 7: PIA complexity 4,580 = 1,145 x 4 on A-OKVQA), e.g. a grid store's rows of one format through
     :func:`mmfragile.studies.format_bias.analysis.results_to_metrics_frame`.
@@ -117,7 +117,7 @@ def pia(results: pd.DataFrame, dataset: str | None = None, n_options: int | None
     in Table 7(b). The other six HRBench-4K values of Table 7(b) equal a^2/4, i.e. N = number
     of rows (N x O); pass ``n_questions=len(results)`` to reproduce those.
     """
-    need = {"question_id", "answer", "selected"}
+    need = {"question_id", "answer_position", "selected_position"}
     missing = need - set(results.columns)
     if missing:
         raise ValueError(f"PIA: {_label(dataset)} results lack column(s) {sorted(missing)}")
@@ -132,8 +132,8 @@ def pia(results: pd.DataFrame, dataset: str | None = None, n_options: int | None
     else:
         raise ValueError(f"PIA: pass n_options or an 'n_options' column for {_label(dataset)}")
     N = int(results["question_id"].nunique()) if n_questions is None else int(n_questions)
-    sel = results["selected"].to_numpy(dtype=int)
-    ans = results["answer"].to_numpy(dtype=int)
+    sel = results["selected_position"].to_numpy(dtype=int)
+    ans = results["answer_position"].to_numpy(dtype=int)
     score = pia_score(sel, ans, M, N)
     C = [int(np.sum((sel == i) & (ans == i))) for i in range(M)]
     Pr = [int(np.sum(sel == i)) for i in range(M)]

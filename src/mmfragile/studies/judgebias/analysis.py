@@ -4,17 +4,21 @@
 :mod:`mmfragile.studies.judgebias.items`."""
 from __future__ import annotations
 
-from typing import Sequence
+from pathlib import Path
+from typing import Mapping, Sequence
 
 import pandas as pd
 
 from mmfragile.store import ResultStore
 from mmfragile.studies.judgebias.items import SELFGEN_DATASET_SUFFIX
-from mmfragile.studies.judgebias.metrics import bias_scores
+from mmfragile.studies.judgebias.metrics import AGGREGATE_COLUMNS, PERTURBATIONS, bias_scores
 from mmfragile.studies.judgebias.perturbations import UNPERTURBED
 
 __all__ = ["main_rows", "judgment_table", "bias_table", "position_table", "verbosity_table", "selfgen_table",
-    "parse_failure_table"]
+           "parse_failure_table", "read_run", "prompt_variants", "setting_table", "PROMPT_VARIANT_ORDER"]
+
+#: the score-prompt variants in the paper's order (Tables 14/16); others follow, sorted
+PROMPT_VARIANT_ORDER = ("original", "score_guide", "constraints", "reasoning", "na")
 
 
 def _rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
@@ -123,3 +127,32 @@ def parse_failure_table(rows: pd.DataFrame | ResultStore, by: Sequence[str] = ("
                                                       s[s.astype(bool)].value_counts().head(2).items()))
     out["top_reasons"] = reasons
     return out.reset_index()
+
+
+def read_run(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The score and pairwise rows of a judge study's results folder (``50_judgebias_run``'s ``results_dir``);
+    a folder with no score rows raises FileNotFoundError, naming it and the notebook that writes it."""
+    from mmfragile.study import get_study
+
+    study = get_study("judge")   # through the registry: the study module imports this one
+    if not (Path(folder) / "scores").is_dir():
+        raise FileNotFoundError(f"{str(folder)!r} is neither 'published' nor a results folder of 50_judgebias_run.ipynb")
+    rows, pairs = (study.stage_store(folder, stage).read() for stage in ("scores", "pairwise"))
+    if rows.empty:
+        raise FileNotFoundError(f"no score rows under {folder}/scores - run 50_judgebias_run.ipynb first")
+    return rows, pairs
+
+
+def prompt_variants(rows: pd.DataFrame) -> list[str]:
+    """The score-prompt variants the rows hold, in :data:`PROMPT_VARIANT_ORDER` (then the others, sorted)."""
+    held = set(rows["prompt_variant"])
+    return [v for v in PROMPT_VARIANT_ORDER if v in held] + sorted(held - set(PROMPT_VARIANT_ORDER))
+
+
+def setting_table(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Table 2 of each prompt variant (variant -> judge x column table) as the long table the setting comparison
+    draws (``judge, setting, column, value``: every bias type and aggregate)."""
+    columns = [*PERTURBATIONS, *AGGREGATE_COLUMNS]
+    return pd.DataFrame([{"judge": judge, "setting": variant, "column": c, "value": r[c]}
+                         for variant, t in tables.items() for judge, r in t.iterrows()
+                         for c in columns if c in r.index])

@@ -64,7 +64,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from mmfragile.studies.judgebias.metrics import PERTURBATIONS
-from mmfragile.models.base import MLLM
 from mmfragile.studies.judgebias.perturbations import (UNPERTURBED, JudgeSample, PerturbationError, apply_perturbation,
                              save_perturbed)
 from mmfragile.studies.judgebias.prompts import (SCORE_VARIANTS, ScoreParseError, parse_pairwise, parse_score,
@@ -76,7 +75,7 @@ __all__ = ["DEFAULT_MAX_NEW_TOKENS", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "DA
     "EXPERIMENTS", "applicable", "unavailable", "scene_description", "scene_captioner", "build_judge_conditions",
     "release_conditions", "judgment_seed", "parse_prompt_variant", "sample_group", "PairItem",
     "position_pairs", "verbosity_pairs", "make_verbose", "alternative_response", "reference_responses",
-    "selfgen_samples", "selfgen_sample", "selfgen_group", "can_take",
+    "selfgen_samples", "selfgen_sample", "selfgen_group",
     "check_decoding", "choice_row", "sample_dataset", "score_row"]
 
 #: Judge output budget. The paper allows 16384 tokens (Sec. 4.1); on CPU we cap it. SmolLM2 usually writes
@@ -315,8 +314,6 @@ def parse_prompt_variant(variant: str) -> tuple[str, bool]:
     return base, bool(plus)
 
 
-def can_take(judge: MLLM, n_images: int) -> bool:
-    return n_images == 0 or judge.supports_images
 
 
 def sample_group(sample: JudgeSample) -> str:

@@ -41,7 +41,7 @@ from mmfragile.figures import save_figure, stamp_note  # noqa: E402,F401  (save_
 __all__ = [
     "table2_frame", "save_table2_csv", "plot_table2_heatmap", "plot_bias_heatmap", "plot_bias_bars",
     "plot_category_scores", "plot_setting_comparison", "plot_variance", "plot_position_verbosity",
-    "plot_self_enhancement", "plot_planted_findings", "save_figure",
+    "plot_self_enhancement", "plot_planted_findings", "plot_abstention_ratio", "plot_perturbed_inputs", "save_figure",
 ]
 
 DIM_LABEL = {"integrality": "Integrality (BD↑)", "congruity": "Congruity (BD↑)", "robustness": "Robustness (BC↑)"}
@@ -488,4 +488,42 @@ def plot_planted_findings(bd: pd.DataFrame, pairwise: pd.DataFrame, planted: dic
     axes[1].set_xlim(-0.02, 1.02)
     fig.suptitle(title or "Planted biases and what the metrics find (95 % bootstrap intervals over samples)",
                  fontsize=11, fontweight="bold")
+    return stamp_note(fig, note)
+
+
+# ------------------------------------------------------------------------------------------- abstention / inputs
+def plot_abstention_ratio(ratios: pd.DataFrame, *, note: str | None = None, title: str | None = None) -> Figure:
+    """Table 15: the N/A ratio per judge (rows) and bias type / aggregate (columns), 0-1."""
+    values = ratios.to_numpy(float)
+    fig, ax = plt.subplots(figsize=(10, max(2.6, 1 + 0.3 * len(ratios))), layout="constrained")
+    im = ax.imshow(values, cmap="Purples", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(ratios.shape[1]), [SHORT_NAMES.get(c, c.capitalize()) for c in ratios.columns], rotation=30,
+                  ha="right", fontsize=8)
+    ax.set_yticks(range(len(ratios)), ratios.index, fontsize=8.5)
+    for (i, k), val in np.ndenumerate(values):
+        ax.text(k, i, f"{val:.2f}", ha="center", va="center", fontsize=7, color="white" if val > 0.5 else "black")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="N/A ratio")
+    ax.set_title(title or "Table 15 - abstention ratio per bias type (N/A-enabled setting)", fontsize=10.5)
+    return stamp_note(fig, note)
+
+
+def plot_perturbed_inputs(conditions: Sequence[tuple[str, object]], *, note: str | None = None,
+                          title: str | None = None) -> Figure:
+    """One sample under each condition as the judge receives it: ``conditions`` is ``(perturbation, sample)``
+    pairs (:class:`~mmfragile.studies.judgebias.data.JudgeSample`); its picture, the perturbation and the query."""
+    cols = (len(conditions) + 1) // 2
+    fig, axes = plt.subplots(2, cols, figsize=(2.6 * cols, 6.4), layout="constrained", squeeze=False)
+    for ax, (condition, sample) in zip(axes.flat, conditions):
+        if sample.images:
+            ax.imshow(sample.images[0])
+        ax.set_title(condition.replace("_", " "), fontsize=8.5)
+        query = sample.query if len(sample.query) < 70 else sample.query[:67] + "..."
+        ax.set_xlabel(query or "(empty query)", fontsize=6.5, wrap=True)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    for ax in list(axes.flat)[len(conditions):]:
+        ax.axis("off")
+    first = conditions[0][1] if conditions else None
+    fig.suptitle(title or (f"Perturbed inputs of {first.sample_id} (response: {first.response!r})" if first else ""),
+                 fontsize=10)
     return stamp_note(fig, note)

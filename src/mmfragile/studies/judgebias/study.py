@@ -29,7 +29,7 @@ from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
 from mmfragile.studies.judgebias.analysis import bias_table, parse_failure_table
 from mmfragile.studies.judgebias.items import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
-                                               EXPERIMENTS, PairItem, build_judge_conditions, can_take,
+                                               EXPERIMENTS, PairItem, build_judge_conditions,
                                                check_decoding, choice_row, judgment_seed, parse_prompt_variant,
                                                position_pairs, reference_responses, release_conditions, sample_dataset,
                                                sample_group, score_row, selfgen_group, selfgen_sample, selfgen_samples,
@@ -151,11 +151,6 @@ def _decoding(params: dict, seed: int) -> dict[str, Any]:
     return {"item": item, "columns": columns}
 
 
-def _warn_skipped(judge: MLLM, n: int, what: str) -> None:
-    if n:
-        warnings.warn(f"{judge.name} cannot read images; {n} {what} with images skipped (all runs)")
-
-
 # ============================================================================================== score-wise
 def score_items(judge: MLLM, units: Sequence[tuple[str, JudgeSample]], params: dict,
                 skipped: list | None = None, group_of=None) -> list[EvalItem]:
@@ -164,13 +159,10 @@ def score_items(judge: MLLM, units: Sequence[tuple[str, JudgeSample]], params: d
     columns name the judgment (``judge, sample_id, perturbation, run, prompt_variant, allow_na, generator, kind,
     modality, gold_score, n_images, query, response``) and its decoding."""
     group_of = group_of or (lambda unit: sample_group(unit[1]))
-    items, n_skip = [], 0
+    items = []
     for variant in params["prompt_variants"]:
         base, allow_na = parse_prompt_variant(variant)
         for cond, s in units:
-            if not can_take(judge, len(s.images)):
-                n_skip += 1
-                continue
             prompt = score_prompt(s.query, s.response, s.images, variant=base, allow_na=allow_na)
             for r in range(int(params["runs"])):
                 dec = _decoding(params, judgment_seed(params["seed"], judge.name, s.sample_id, cond, variant, r))
@@ -185,7 +177,6 @@ def score_items(judge: MLLM, units: Sequence[tuple[str, JudgeSample]], params: d
                 items.append(EvalItem(key, prompt, max_new_tokens=int(params["max_new_tokens"]),
                                       group=group_of((cond, s)),
                                       **dec["item"]))
-    _warn_skipped(judge, n_skip, "condition(s)")
     # similar lengths together: less padding per batch (sampled outputs do not depend on the batching)
     items.sort(key=lambda it: (it.key["n_images"], len(it.key["query"]) + len(it.key["response"])))
     return items
@@ -205,13 +196,10 @@ def score_pair(raw: str, item: EvalItem) -> dict[str, Any]:
 def pair_items(judge: MLLM, units: Sequence[PairItem], params: dict, skipped: list | None = None) -> list[EvalItem]:
     """Every pair x run. Key: ``variant = f"{experiment}|{order}|run{r}"``; columns ``judge, sample_id,
     experiment, order, run, swapped, verbose_position, n_images, response_a, response_b`` and the decoding."""
-    items, n_skip = [], 0
+    items = []
     for it in units:
         if it.experiment not in EXPERIMENTS:
             raise ValueError(f"unknown pairwise experiment {it.experiment!r}; choose from {EXPERIMENTS}")
-        if not can_take(judge, len(it.images)):
-            n_skip += 1
-            continue
         prompt = pairwise_prompt(it.query, it.response_a, it.response_b, it.images)
         for r in range(int(params["runs"])):
             dec = _decoding(params, judgment_seed(params["seed"], judge.name, it.sample_id, it.experiment, it.order, r))
@@ -222,7 +210,6 @@ def pair_items(judge: MLLM, units: Sequence[PairItem], params: dict, skipped: li
                    "response_a": it.response_a, "response_b": it.response_b, **dec["columns"],
                    "max_new_tokens": int(params["pairwise_max_new_tokens"])}
             items.append(EvalItem(key, prompt, max_new_tokens=int(params["pairwise_max_new_tokens"]), **dec["item"]))
-    _warn_skipped(judge, n_skip, "pair(s)")
     return items
 
 
@@ -243,12 +230,12 @@ def pair_group(unit: PairItem) -> str:
 def response_items(generator: MLLM, units: Sequence[JudgeSample], params: dict,
                    skipped: list | None = None) -> list[EvalItem]:
     """One greedy answer per item (the query as the whole user turn, images attached); a text-only generator
-    answers the text-only items only. Key: ``model`` = the generator, ``question_id`` = the item id."""
+    answers the text-only items only (:func:`mmfragile.study.answerable`). Key: ``model`` = the generator, ``question_id`` = the item id."""
     return [EvalItem({"dataset": sample_dataset(s), "question_id": str(s.meta.get("item_id", s.sample_id)),
                       "variant": "response", "source_sample": s.sample_id},
                      Prompt(text=s.query, images=list(s.images)),
                      max_new_tokens=int(params["generator_max_new_tokens"]), group=sample_group(s))
-            for s in units if can_take(generator, len(s.images))]
+            for s in units]
 
 
 def score_response(raw: str, item: EvalItem) -> dict[str, Any]:

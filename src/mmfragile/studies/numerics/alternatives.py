@@ -3,10 +3,9 @@ the backends it applies to. Every alternative is a run of the same cells under t
 ``~<alternative>``; the reference is the run's own default settings."""
 from __future__ import annotations
 
-import contextlib
 import random
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any
 
 from mmfragile.runner import EvalItem
 
@@ -95,19 +94,3 @@ def recompose(items: list[EvalItem], seed: int, parts: int = COMPOSITION_PARTS) 
         random.Random(f"{seed}|{group}|composition").shuffle(order)
         out += [replace(its[j], batch_with=f"part{k % parts}") for k, j in enumerate(order)]
     return sorted(out, key=lambda it: (it.group, it.batch_with))   # stable: the shuffled order within a part
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run with ``n`` torch threads (None: as set), then restore."""
-    if n is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from mmfragile.determinism import torch_threads
 from mmfragile.models.spec import as_spec
 from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, Study, budget_stage, csv_list, get_study, register
 from mmfragile.studies.numerics import report
 from mmfragile.studies.numerics.alternatives import (ALTERNATIVES, UnknownAlternative, recompose, resolve,
-                                                     sample_cells, torch_threads)
+                                                     sample_cells)
 from mmfragile.studies.numerics.metrics import SEPARATOR, floor_table
 
 NAME = "numerics"

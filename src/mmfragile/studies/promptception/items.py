@@ -29,7 +29,6 @@ Results go through :func:`mmfragile.runner.run_items` into a resumable
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -109,12 +108,8 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     items: list[PromptceptionItem] = []
-    text_only_skips: list[str] = []
     for rec in questions.to_dict("records"):
         q = MCQuestion.from_row(rec)
-        if q.images and not model.supports_images:
-            text_only_skips.append(q.question_id)
-            continue
         try:
             new = _question_items(q, rec, types, kind, max_new_tokens, n_frames, fps, source_fps, omit_dollar,
                                   system, video_bounds)
@@ -122,9 +117,6 @@ def promptception_items(model: MLLM, questions: pd.DataFrame, prompt_ids: Sequen
             skip_or_raise(rec, e, skipped)
             continue
         items += new
-    if text_only_skips:
-        warnings.warn(f"{model.name} is text-only: skipped {len(text_only_skips)} question(s) "
-                      f"with images ({text_only_skips[:5]}{' ...' if len(text_only_skips) > 5 else ''})", stacklevel=2)
     items.sort(key=lambda it: (it.group, it.max_new_tokens))  # stable: prompt order kept within a question
     return items
 
