@@ -202,25 +202,3 @@ def test_cp_ln_stage_picks_the_length_normalised_argmax_and_resumes(tiny_vlm, sy
     assert info["provenance"]["tiny-vlm"]["model_spec"] == "tiny-vlm" and "tiny-vlm" in info["model_identity"]
     sc = fbs.cp_ln_scores(cp)
     assert sc.accuracy.iloc[0] == pytest.approx(100 * pred.correct.mean()) and sc.complexity.iloc[0] == len(cp)
-
-
-# ------------------------------------------------------------------------------------------ notebooks end to end
-@pytest.mark.slow
-def test_notebooks_run_on_tiny_runs_and_published(tmp_path):
-    papermill = pytest.importorskip("papermill")
-    runs, figs = tmp_path / "runs", tmp_path / "figs"
-    nb = REPO / "notebooks"
-    papermill.execute_notebook(str(nb / "30_format_bias_run.ipynb"), str(tmp_path / "30.ipynb"), cwd=str(REPO),
-                               parameters=dict(model="tiny-vlm", dataset="synthetic-image", n=2, cp_ln=True, results_dir=str(runs)),
-                               progress_bar=False)
-    assert (runs / "tiny-vlm" / "synthetic-image" / "cp_ln" / "config.json").exists()
-    for name in ("31_format_effects", "32_format_significance", "33_format_confidence", "34_format_mitigation"):
-        for src in (str(runs), "published"):
-            tag = "runs" if src != "published" else "published"
-            papermill.execute_notebook(str(nb / f"{name}.ipynb"), str(tmp_path / f"{name}_{tag}.ipynb"),
-                                       cwd=str(REPO), progress_bar=False,
-                                       parameters=dict(source=src, figures_dir=str(figs / tag)))
-    assert (figs / "runs" / "fig7_confidence_bins.png").exists()
-    assert (figs / "runs" / "fig10_selection_pattern_synthetic-vqa.png").exists()
-    assert (figs / "published" / "fig8_mitigation_published.png").exists()
-    assert not (figs / "published" / "fig7_confidence_bins.png").exists()

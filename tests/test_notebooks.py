@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 import yaml
 
@@ -136,3 +137,58 @@ def quick(tmp_path: Path, study: str) -> Path:
     stems = {p.parent.name for p in written}
     assert stems == {p.stem for p in NOTEBOOKS.glob("*.ipynb") if p.stem.startswith(STUDY_NOTEBOOKS[study])}
     return tmp_path
+
+
+def test_format_bias_notebooks_run_end_to_end_on_the_quick_profile(tmp_path):
+    from mmfragile.store import ResultStore
+    from mmfragile.studies import format_bias as fbs
+
+    root = quick(tmp_path, "format-bias")
+    table7 = pd.read_csv(root / "figures/quick/format_bias/table7_all_questions.csv", header=[0, 1], index_col=[0, 1])
+    for model in ("smollm2-vlm", "tiny-vlm"):   # the quick profile's models (pipeline.yaml)
+        store = root / "runs/quick/format_bias" / model / "synthetic-image"
+        pq = fbs.results_to_metrics_frame(ResultStore(store).read(), include_standard=True)
+        assert pq["format"].nunique() == 48 + 1 and (store / "cp_ln" / "config.json").exists()
+        vanilla = 100 * fbs.standard_rows(pq)["correct"].mean()   # the standard format's accuracy, from the store
+        assert float(table7.loc[("synthetic-vqa", model), ("Vanilla", "Acc. [%]")]) == pytest.approx(vanilla, abs=0.005)
+    for fig in ("fig3_rank_distribution", "fig6_lmm_coefficients", "fig7_confidence_bins", "fig8_mitigation_all_questions"):
+        assert (root / "figures/quick/format_bias" / f"{fig}.png").stat().st_size > 10_000
+    assert any((root / "figures/quick/budget/format-bias").glob("*.png"))   # 35 on the embedded grid
+    assert (root / "figures/format_bias/published/fig8_mitigation_published.png").exists()   # the published run
+
+
+def test_promptception_notebooks_run_end_to_end_on_the_quick_profile(tmp_path):
+    from mmfragile.store import ResultStore
+
+    root = quick(tmp_path, "promptception")
+    rows = ResultStore(root / "runs/quick/promptception/tiny-vlm/synthetic-vqa").read()
+    # an image and a video question x the quick profile's 6 prompt types, but 11.4 is for videos only (Table 1):
+    # 11 answers, each stored once (unparseable ones out of coverage, none dropped)
+    assert sorted(rows.modality.unique()) == ["image", "video"]
+    assert len(rows) == 11 == len(rows.drop_duplicates(["question_id", "prompt_id"]))
+    assert set(rows[rows.modality == "image"].prompt_id) == {"1.1", "2.1", "5.2", "7.6", "12.3"}
+    assert (root / "figures/quick/promptception/fig11_accuracy_across_prompts_synthetic_vqa.png").exists()
+    assert any((root / "figures/quick/budget/promptception").glob("*.png"))   # 42 on a simulated MMStar grid
+
+
+def test_judge_notebooks_run_end_to_end_on_the_quick_profile(tmp_path):
+    from mmfragile.store import ResultStore
+    from mmfragile.studies import judgebias as jb
+
+    root = quick(tmp_path, "judge")
+    rows = ResultStore(root / "runs/quick/judgebias/scores").read()
+    want = jb.parse_failure_table(jb.main_rows(rows), by=("judge", "prompt_variant", "perturbation"))
+    got = pd.read_csv(root / "figures/quick/judgebias/parse_failures.csv")
+    assert got["n"].tolist() == want["n"].tolist() and got["n_unparseable"].tolist() == want["n_unparseable"].tolist()
+    assert (root / "figures/quick/judgebias/perturbation_examples.png").exists()
+    assert (root / "figures/judgebias/published/table2_heatmap.png").exists()   # 51 on the published Table 2
+
+
+def test_numerics_notebook_runs_end_to_end_on_the_quick_profile(tmp_path):
+    from mmfragile.store import ResultStore
+    from mmfragile.studies.numerics.metrics import floor_table
+
+    root = quick(tmp_path, "numerics")
+    got = pd.read_csv(root / "figures/quick/numerics/floor_format-bias_tiny-vlm.csv")
+    want = floor_table(ResultStore(root / "runs/quick/numerics/tiny-vlm/synthetic-image/cells").read())
+    assert list(got.alternative) == list(want.alternative) and list(got.flips) == list(want.flips)

@@ -110,6 +110,11 @@ VALUE_TYPES: dict[Any, tuple[tuple[type, ...], str]] = {
     csv_list: ((list, tuple), "a list (or a comma-separated string)")}
 
 
+def question_records(ctx: "RunContext") -> list[dict[str, Any]]:
+    """A stage's units when they are the loaded question table's rows (as records)."""
+    return cast(list[dict[str, Any]], ctx.data.to_dict("records"))
+
+
 def record_group(rec: Mapping[str, Any]) -> str:
     """The question group of a question record."""
     return question_group(rec["dataset"], rec["question_id"])
@@ -189,7 +194,8 @@ class Stage:
     ``score`` is a plain function of one output and its item, given as keywords the study parameters named in
     ``score_params`` (Promptception's extraction policy);
     ``skipped`` is a list to append bad rows to (``skip_bad_rows``) or None (raise); ``params`` holds the study's
-    parameters and ``budgeted`` (a budgeted design samples the items). ``models(ctx)``: the specs to
+    parameters and ``budgeted`` (a budgeted design samples the items); ``run_params`` name the parameters the run loop takes
+    (``batch_size`` ...), ``run_kw(params)`` adds computed ones. ``models(ctx)``: the specs to
     run the stage with, if not the study's model (the generators of self-generated responses). ``budget``: the
     grid a budget samples (None: the stage always runs whole). ``subfolder``: its store's folder under the study's
     results folder (stages may share one; "" is the results folder itself); the store's stage tag is :attr:`tag`.
@@ -210,6 +216,7 @@ class Stage:
     unit: str = "prompt"   # what one item is (the progress bar counts items): prompt, option, judgment ...
     runs_under: Callable[[Params], Any] = lambda params: contextlib.nullcontext()
     score_params: tuple[str, ...] = ()
+    run_params: tuple[str, ...] = ()   # study parameters the run loop takes as keywords (batch_size, flush_every)
 
     def scorer(self, params: Mapping[str, Any]) -> ScoreFn:
         """``score`` with its ``score_params`` bound from ``params``: ``fn(raw, item) -> row``."""
@@ -299,10 +306,11 @@ class Study:
         if len(set(stages)) != len(stages):
             raise ValueError(f"study {self.name!r} has two stages of one name: {stages}")
         for st in self.stages:
-            unknown = sorted(set(st.score_params) - set(names))
-            if unknown:
-                raise ValueError(f"study {self.name!r}, stage {st.name!r}: score_params {unknown} are no parameter "
-                                 f"of the study; its parameters: {names}")
+            for field_name in ("score_params", "run_params"):
+                unknown = sorted(set(getattr(st, field_name)) - set(names))
+                if unknown:
+                    raise ValueError(f"study {self.name!r}, stage {st.name!r}: {field_name} {unknown} are no "
+                                     f"parameter of the study; its parameters: {names}")
 
 
 def register(study: Study) -> Study:
@@ -443,7 +451,7 @@ class StageTask:
             store.add_skipped_rows(skipped)
         score = stage.scorer(params)
         kw = {"progress": self.progress, "desc": f"{model.name} {self.study}/{self.stage}", "unit": stage.unit,
-              **stage.run_kw(params)}
+              **{name: params[name] for name in stage.run_params}, **stage.run_kw(params)}
         with torch_threads(self.threads), stage.runs_under(params):   # a budgeted run too
             if self.budget is None:
                 run_items(model, items, store, score, shard=shard, stop_after=self.stop_after, **kw)

@@ -380,6 +380,35 @@ def write_mmmu_pro_vision(root: str | Path, bad_rows: bool = False) -> str:
     return write_mmmu_pro(root, bad_rows).replace("-s4:", "-vision:", 1)
 
 
+def write_generic(root: str | Path, bad_rows: bool = False) -> str:
+    """``generic:<file>``: a user's JSONL - the answer as an index, a letter or the option's text; one image, two,
+    none. Bad rows: an answer that is no option, an image that is not there."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for name, seed in (("g0.jpg", 0), ("g1a.jpg", 1), ("g1b.jpg", 2)):
+        noise_image(seed).save(root / name)
+    recs = [
+        {"question_id": "g0", "question": "What colour is the square?", "options": NAMES, "answer": 0,
+         "image": "g0.jpg", "category": "colour"},
+        {"question_id": "g1", "question": "Is the square of the first picture green?", "options": ["yes", "no"],
+         "answer": "A", "images": ["g1a.jpg", "g1b.jpg"], "category": "colour"},
+        {"question_id": "g2", "question": "How many sides has a square?", "options": ["three", "four", "five"],
+         "answer": "four", "category": "text"},
+    ]
+    if bad_rows:
+        recs += [{**recs[0], "question_id": "g3", "answer": "purple"}, {**recs[0], "question_id": "g4",
+                                                                       "image": "missing.jpg"}]
+    f = root / "mcq.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return f"generic:{f}"
+
+
+def write_mmmu_pro_folder(root: str | Path, bad_rows: bool = False) -> str:
+    """``mmmu-pro:<config folder>``: the setting read from the folder's name (``standard (10 options)``)."""
+    write_mmmu_pro(root, bad_rows)
+    return f"mmmu-pro:{Path(root) / 'standard (10 options)'}"
+
+
 #: spec prefix -> writer of a tiny copy in the published layout (from the benchmark registry)
 FIXTURES: dict[str, Callable[..., str]] = {b.prefix: b.write_fixture for b in BENCHMARKS if b.fixture}
 

@@ -16,7 +16,7 @@ from mmfragile.models.base import MLLM
 from mmfragile.runner import EvalItem
 from mmfragile.errors import DataError
 from mmfragile.schema import MCQuestion, skip_or_raise
-from mmfragile.study import (Param, RunContext, Stage, Study, csv_list, register)
+from mmfragile.study import Param, RunContext, Stage, Study, csv_list, question_records, register
 from mmfragile.studies.format_bias import budget, report
 from mmfragile.studies.format_bias.items import (STANDARD_FORMAT_COLUMN, STUDY_NAME, format_bias_items, run_config,
                                                  run_info, standard_formats_for, video_settings)
@@ -141,18 +141,18 @@ STUDY = register(Study(
     params=PARAMS,
     load=load,
     stages=(
-        Stage(name="grid", units=lambda ctx: ctx.data.to_dict("records"), items=grid_items,
+        Stage(name="grid", units=question_records, items=grid_items,
               score=exact_match_score, config=_config, budget=budget.GRID,
-              run_kw=lambda p: {"mode": p["mode"], "batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
-        Stage(name="cp_ln", subfolder="cp_ln", units=lambda ctx: ctx.data.to_dict("records"), items=cloze_items,
+              run_params=("mode", "batch_size", "flush_every")),
+        Stage(name="cp_ln", subfolder="cp_ln", units=question_records, items=cloze_items,
               score=cp_ln_score, config=lambda ctx: _config(ctx, "cp_ln"),
-              when=lambda p: p["cp_ln"], run_kw=lambda p: {"batch_size": p["batch_size"]}, unit="option"),
+              when=lambda p: p["cp_ln"], run_params=("batch_size",), unit="option"),
     ),
     summarize=lambda stores: {"per_format": _per_format(stores["grid"].read())} if "grid" in stores else {},
     default_dataset="easy-vqa",
     report=report.report,
     report_stages=("grid",),
-    errors={NoStandardFormat: lambda e: no_standard_message(e)},
+    errors={NoStandardFormat: no_standard_message},
 ))
 
 

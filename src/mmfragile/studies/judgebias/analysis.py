@@ -14,7 +14,7 @@ from mmfragile.studies.judgebias.items import SELFGEN_DATASET_SUFFIX
 from mmfragile.studies.judgebias.metrics import AGGREGATE_COLUMNS, PERTURBATIONS, bias_scores
 from mmfragile.studies.judgebias.perturbations import UNPERTURBED
 
-__all__ = ["main_rows", "judgment_table", "bias_table", "position_table", "verbosity_table", "selfgen_table",
+__all__ = ["main_rows", "selfgen_rows", "judgment_table", "bias_table", "position_table", "verbosity_table", "selfgen_table",
            "parse_failure_table", "read_run", "prompt_variants", "setting_table", "PROMPT_VARIANT_ORDER"]
 
 #: the score-prompt variants in the paper's order (Tables 14/16); others follow, sorted
@@ -32,6 +32,14 @@ def main_rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
     if d.empty:
         return d
     return d[~d["dataset"].astype(str).str.endswith(SELFGEN_DATASET_SUFFIX)]
+
+
+def selfgen_rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
+    """The self-enhancement score rows (``<dataset>-selfgen``): the judge's scores of the generators' responses."""
+    d = _rows(rows)
+    if d.empty:
+        return d
+    return d[d["dataset"].astype(str).str.endswith(SELFGEN_DATASET_SUFFIX)]
 
 
 def judgment_table(rows: pd.DataFrame | ResultStore, prompt_variant: str | None = "original", *,

@@ -269,8 +269,8 @@ def _selfgen_items(judge: MLLM, units, params: dict, skipped: list | None = None
                        group_of=lambda unit: selfgen_group(unit[1]))
 
 
-def _batch(p: dict) -> dict:
-    return {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}
+#: the parameters every stage's run loop takes
+_BATCH = ("batch_size", "flush_every")
 
 
 def _summarize(stores: dict[str, ResultStore]) -> dict:
@@ -292,19 +292,19 @@ STUDY = register(Study(
     load=load,
     stages=(
         Stage(name="scores", subfolder="scores", units=lambda ctx: ctx.data.conditions, items=score_items,
-              score=score_judgment, config=_config, group_of=lambda unit: sample_group(unit[1]), run_kw=_batch,
+              score=score_judgment, config=_config, group_of=lambda unit: sample_group(unit[1]), run_params=_BATCH,
               unit="judgment"),
         Stage(name="pairwise", subfolder="pairwise", units=pair_units,
               items=pair_items, score=score_pair,
-              config=_config, group_of=pair_group, when=lambda p: p["pairwise"], run_kw=_batch,
+              config=_config, group_of=pair_group, when=lambda p: p["pairwise"], run_params=_BATCH,
               unit="judgment"),
         Stage(name="responses", subfolder="responses", units=lambda ctx: selfgen_samples(ctx.data.samples),
               items=response_items, score=score_response, config=_config,
               group_of=sample_group, when=lambda p: p["self_generators"] is not None, models=_generators,
-              run_kw=_batch, unit="response"),
+              run_params=_BATCH, unit="response"),
         Stage(name="selfgen", subfolder="scores", units=selfgen_units, items=_selfgen_items, score=score_judgment,
               config=_config, group_of=lambda unit: selfgen_group(unit[1]),
-              when=lambda p: p["self_generators"] is not None, run_kw=_batch, unit="judgment"),
+              when=lambda p: p["self_generators"] is not None, run_params=_BATCH, unit="judgment"),
     ),
     summarize=_summarize,
     folder=lambda results_dir, model, dataset: Path(results_dir),

@@ -83,7 +83,7 @@ def _stage(alternative: str | None) -> Stage:
         when=(lambda p: True) if alt is None else (lambda p: alternative in p["alternatives"]),
         models=None if alt is None else (lambda ctx: [as_spec(ctx.model, **alt.spec_kwargs,
                                                               name=f"{ctx.model_name}{SEPARATOR}{alt.name}")]),
-        run_kw=lambda p: {"batch_size": p["batch_size"], **({} if alt is None else alt.run_kw)},
+        run_params=("batch_size",), run_kw=lambda p: {} if alt is None else alt.run_kw,
         runs_under=lambda p: torch_threads(None if alt is None else alt.threads))
 
 

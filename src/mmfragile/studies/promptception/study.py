@@ -17,7 +17,7 @@ from mmfragile.models.base import MLLM
 from mmfragile.models.spec import ModelSpec, as_spec
 from mmfragile.runner import EvalItem
 from mmfragile.store import ResultStore
-from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
+from mmfragile.study import Param, RunContext, Stage, Study, csv_list, question_records, register
 from mmfragile.studies.promptception import budget, report
 from mmfragile.studies.promptception.analysis import summarize_run
 from mmfragile.studies.promptception.items import (DEFAULT_MAX_NEW_TOKENS, score_answer, promptception_items,
@@ -99,16 +99,16 @@ STUDY = register(Study(
     paper="promptception",
     params=PARAMS,
     load=load,
-    stages=(Stage(name="prompts", units=lambda ctx: ctx.data.to_dict("records"), items=items, score=score_answer,
+    stages=(Stage(name="prompts", units=question_records, items=items, score=score_answer,
                   score_params=("exclude_refusals", "match_text", "extractor"),
                   config=_config, budget=budget.GRID,
-                  run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]}),
+                  run_params=("batch_size", "flush_every")),
             # stage 2 of Appendix E: the pending answers through the extractor, batched, into <folder>/extraction
             Stage(name=EXTRACTION_STORE, units=extraction_units, subfolder=EXTRACTION_STORE, config=_extraction_config,
                   items=lambda model, units, p, skipped: extraction_items(units, p["exclude_refusals"]),
                   score=score_extraction, score_params=("exclude_refusals",), models=extractor_spec,
                   when=lambda p: bool(p["extractor"]), unit="answer",
-                  run_kw=lambda p: {"batch_size": p["batch_size"], "flush_every": p["flush_every"]})),
+                  run_params=("batch_size", "flush_every"))),
     summarize=lambda stores: summarize_run(read_answers(stores["prompts"])) if "prompts" in stores else {},
     default_dataset="synthetic-vqa",
     report=report.report,
