@@ -406,7 +406,7 @@ def harness_provenance(harness: str, results: Sequence[Mapping], files: Sequence
             "results_json": [str(r["path"]) for r in results], "sample_logs": [str(f) for f in files]}
 
 
-def import_samples(harness: str, run_dirs: Sequence[str | Path], out: str | Path, export: str | Path | None,
+def import_samples(harness: str, run_dirs: Sequence[str | Path], out: str | Path, export: str | Path | None, *,
                    model: str | None, logs: str, results: str, hint: str, task_of: Callable[[Path], str],
                    check: SampleCheck, version_key: str, **entries: str) -> ResultStore:
     """The result store of a harness' runs of exported tasks: one row per line of the sample logs under

@@ -116,7 +116,8 @@ def import_lm_eval(run_dirs: Sequence[str | Path], out: str | Path, export: str 
     """The result store of lm-eval runs of exported task groups (module docstring): one row per logged sample, scored
     by the study, every exported request declared (:func:`mmfragile.harness.common.import_samples`); ``model``
     names the run (default: the export's ``--model``)."""
-    return import_samples(HARNESS, run_dirs, out, export, model, "samples_*.jsonl", "results_*.json",
-                          "run lm_eval with --log_samples --output_path DIR", task_of, _check, "lm_eval_version",
+    return import_samples(HARNESS, run_dirs, out, export, model=model, logs="samples_*.jsonl",
+                          results="results_*.json", hint="run lm_eval with --log_samples --output_path DIR",
+                          task_of=task_of, check=_check, version_key="lm_eval_version",
                           harness_model="config.model", model_args="config.model_args", device="config.device",
                           transformers_version="transformers_version", chat_template_sha="chat_template_sha")

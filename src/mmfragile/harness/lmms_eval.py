@@ -97,7 +97,8 @@ def import_lmms_eval(run_dirs: Sequence[str | Path], out: str | Path, export: st
     """The result store of lmms-eval runs of exported task groups (module docstring): one row per logged sample, scored
     by the study, every exported request declared (:func:`mmfragile.harness.common.import_samples`); ``model``
     names the run (default: the export's ``--model``)."""
-    return import_samples(HARNESS, run_dirs, out, export, model, "*_samples_*.jsonl", "*results*.json",
-                          "run lmms_eval with --log_samples --output_path DIR", task_of, _check, "lmms_eval_version",
+    return import_samples(HARNESS, run_dirs, out, export, model=model, logs="*_samples_*.jsonl",
+                          results="*results*.json", hint="run lmms_eval with --log_samples --output_path DIR",
+                          task_of=task_of, check=_check, version_key="lmms_eval_version",
                           harness_model="config.model", harness_model_backend="config.model_backend",
                           model_args="config.model_args")

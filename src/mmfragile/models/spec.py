@@ -317,8 +317,10 @@ class Backend:
     None: by source), ``load(spec, kwargs)`` -> the model, ``options()`` -> the keyword arguments it takes by
     where they go, ``check_source(source, spec)`` (raises ValueError on a malformed spec), ``requires`` (a
     module it needs, and how to get it) and ``model_class()`` (the class it loads, imported on demand). What a
-    model can do is declared on that class (:class:`~mmfragile.models.base.MLLM`'s capability attributes), never
-    probed: a study checks them before anything loads."""
+    model can do is declared on that class (:class:`~mmfragile.models.base.MLLM`'s capability attributes) and checked
+    before anything loads - except whether a checkpoint takes images, which only its files say: ``HFModel`` reads
+    it from the processor when it loads (no image processor: text-only), and :func:`mmfragile.study.answerable`
+    then leaves out the items with images."""
 
     name: str
     form: str
