@@ -148,3 +148,22 @@ def test_a_new_backend_is_one_registry_entry(monkeypatch):
     assert resolve_model_kind("tgi:http://h:3::m-1") == "proprietary" and resolve_model_kind("tiny-vlm") == "open"
     with pytest.raises(UsageError, match="unknown key 'retries'.*accepted: timeout"):
         ModelSpec.parse("tgi:http://h:3::m-1", retries=2).load()
+
+
+def test_bfloat16_on_a_cpu_that_emulates_it_warns_before_the_weights_load(monkeypatch):
+    """docs/speed.md, 'The CPU fast path': bfloat16 is the fast CPU precision only where the CPU multiplies it in
+    hardware (AMX / AVX512-BF16); elsewhere torch emulates it and a run is slower than in float32 - say so, once."""
+    import warnings
+
+    from mmfragile.models import hf
+    from mmfragile.models.embedded import embedded_model_path
+
+    tiny_vlm = embedded_model_path("tiny-vlm")
+    monkeypatch.setattr(hf, "cpu_has_bf16_matmul", lambda: False)
+    with pytest.warns(UserWarning, match=r"dtype=bfloat16 on a CPU without bfloat16 matrix instructions"):
+        hf.HFModel.from_pretrained(tiny_vlm, dtype="bfloat16", device="cpu")
+    monkeypatch.setattr(hf, "cpu_has_bf16_matmul", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert hf.HFModel.from_pretrained(tiny_vlm, dtype="bfloat16", device="cpu").model.dtype == torch.bfloat16
+        hf.HFModel.from_pretrained(tiny_vlm, device="cpu")   # float32: nothing to say either way

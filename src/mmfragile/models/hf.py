@@ -174,6 +174,23 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def cpu_has_bf16_matmul() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in hardware (AMX or AVX512-BF16); without it torch emulates
+    them and a bfloat16 model runs slower than float32 (docs/speed.md, "The CPU fast path")."""
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")   # torch.cpu's own probes (torch >= 2.3)
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def _check_cpu_dtype(dtype: Any, device: str, path: str | Path) -> None:
+    """A bfloat16 model on a CPU that emulates bfloat16: one warning, before the weights load."""
+    if device == "cpu" and str(dtype).removeprefix("torch.") == "bfloat16" and not cpu_has_bf16_matmul():
+        import warnings
+
+        warnings.warn(f"{Path(str(path)).name}: dtype=bfloat16 on a CPU without bfloat16 matrix instructions (no AMX "
+                      "or AVX512-BF16: torch emulates them) runs slower than float32 here - leave dtype out on this "
+                      "machine (docs/speed.md, 'The CPU fast path')", stacklevel=3)
+
+
 class SeededGumbelSampler:
     """Logits processor that turns greedy decoding into sampling from ``softmax(logits / T)`` restricted
     to the top-``p`` nucleus, with one independent random stream per batch row (Gumbel-max trick:
@@ -249,6 +266,7 @@ class HFModel(HFTokenizerIds, MLLM):
         device = device or default_device()
         if dtype is None:
             dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        _check_cpu_dtype(dtype, device, path)
         kwargs = {**kwargs, "trust_remote_code": trust_remote_code}
         try:
             config = AutoConfig.from_pretrained(path, **kwargs)
