@@ -155,6 +155,23 @@ def test_alternatives_resolve_by_backend_and_refuse_what_does_not_apply():
         resolve(["fp8"], "hf")
 
 
+def test_a_half_precision_reference_gets_float32_as_its_precision_alternative():
+    """The zoo's fine-tunes run in bfloat16 (their own dtype): `auto` measures them against float32, not against
+    the bfloat16 they already run in; naming their own dtype is refused (it would rerun the reference)."""
+    from mmfragile.models.spec import ModelSpec
+    from mmfragile.studies.numerics.alternatives import reference_dtype
+
+    assert reference_dtype(ModelSpec.parse("zoo-follower")) == "bfloat16"                   # a fine-tune's own
+    assert reference_dtype(ModelSpec.parse("zoo-smollm2-good")) is None                      # float32 (the default)
+    assert reference_dtype(ModelSpec.parse("tiny-vlm", dtype="float16")) == "float16"        # --model-args
+    half = resolve("auto", "hf", "bfloat16")
+    assert "float32" in half and "bfloat16" not in half
+    assert [a if a != "float32" else "bfloat16" for a in half] == resolve("auto", "hf")      # the rest unchanged
+    assert "bfloat16" in resolve("auto", "hf", "float32")
+    with pytest.raises(UnknownAlternative, match="bfloat16 is the reference's own dtype"):
+        resolve(["bfloat16"], "hf", "bfloat16")
+
+
 def test_the_cell_sample_and_the_composition_are_seeded_and_keep_every_cell(tiny_vlm):
     from mmfragile.data.loaders import load_dataset
     from mmfragile.studies.format_bias.items import format_bias_items

@@ -187,8 +187,8 @@ def _check_cpu_dtype(dtype: Any, device: str, path: str | Path) -> None:
         import warnings
 
         warnings.warn(f"{Path(str(path)).name}: dtype=bfloat16 on a CPU without bfloat16 matrix instructions (no AMX "
-                      "or AVX512-BF16: torch emulates them) runs slower than float32 here - leave dtype out on this "
-                      "machine (docs/speed.md, 'The CPU fast path')", stacklevel=3)
+                      "or AVX512-BF16: torch emulates them) runs slower than float32 here; --model-args dtype=float32 "
+                      "runs it in float32 (another arithmetic: docs/speed.md, 'The CPU fast path')", stacklevel=3)
 
 
 class SeededGumbelSampler:

@@ -54,12 +54,30 @@ class UnknownAlternative(ValueError):
     """An alternative the registry does not have, or one that does not apply to the model's backend."""
 
 
-def resolve(names: list[str] | str, backend: str) -> list[str]:
-    """The alternatives to run: ``auto`` -> :data:`DEFAULT` where they apply to ``backend``; named ones checked."""
+def reference_dtype(spec: Any) -> str | None:
+    """The dtype the reference runs in where the model's spec decides it: its ``dtype=`` argument, else a zoo
+    model's own (the fine-tunes of studies 2 and 3: bfloat16); None: the backend's default (float32 on a CPU)."""
+    given = dict(spec.kwargs).get("dtype")
+    if given:
+        return str(given).removeprefix("torch.")
+    from mmfragile.models.zoo import ZOO_MODELS, zoo_spec
+
+    return zoo_spec(spec.source).dtype if spec.backend == "hf" and spec.source in ZOO_MODELS else None
+
+
+def resolve(names: list[str] | str, backend: str, dtype: str | None = None) -> list[str]:
+    """The alternatives to run: ``auto`` -> :data:`DEFAULT` where they apply to ``backend``, its bfloat16 made
+    float32 for a reference in a half precision (``dtype``: :func:`reference_dtype`); named ones checked - one
+    that is the reference's own dtype is refused (it would rerun the reference)."""
     names = [names] if isinstance(names, str) else list(names)
     if names in (["auto"], []):
-        return [n for n in DEFAULT if backend in ALTERNATIVES[n].backends]
+        half = dtype in ("bfloat16", "float16")
+        return [("float32" if half and n == "bfloat16" else n) for n in DEFAULT if backend in ALTERNATIVES[n].backends]
     for n in names:
+        if dtype is not None and ALTERNATIVES.get(n) is not None and ALTERNATIVES[n].spec_kwargs.get("dtype") == dtype:
+            raise UnknownAlternative(f"--alternatives: {n} is the reference's own dtype (the model runs in {dtype}): "
+                                     "it would rerun the reference; choose another precision (float32, bfloat16, "
+                                     "float16)")
         if n not in ALTERNATIVES:
             raise UnknownAlternative(f"--alternatives: no alternative {n!r}; choose from {', '.join(ALTERNATIVES)} "
                                      "or auto")

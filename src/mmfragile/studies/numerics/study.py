@@ -19,8 +19,8 @@ from mmfragile.models.spec import as_spec
 from mmfragile.store import ResultStore
 from mmfragile.study import Param, RunContext, Stage, Study, budget_stage, csv_list, get_study, register
 from mmfragile.studies.numerics import report
-from mmfragile.studies.numerics.alternatives import (ALTERNATIVES, UnknownAlternative, recompose, resolve,
-                                                     sample_cells)
+from mmfragile.studies.numerics.alternatives import (ALTERNATIVES, UnknownAlternative, recompose, reference_dtype,
+                                                     resolve, sample_cells)
 from mmfragile.studies.numerics.metrics import SEPARATOR, floor_table
 
 NAME = "numerics"
@@ -44,7 +44,8 @@ def _of(params: dict) -> tuple[Study, Stage, dict]:
 
 
 def load(ctx: RunContext) -> Cells:
-    ctx.params["alternatives"] = resolve(ctx.params["alternatives"], ctx.model.backend)  # before any model loads
+    ctx.params["alternatives"] = resolve(ctx.params["alternatives"], ctx.model.backend,   # before any model loads
+                                         reference_dtype(ctx.model))
     other, stage, oparams = _of(ctx.params)
     octx = RunContext(other, ctx.model, ctx.model_name, ctx.dataset, ctx.n, ctx.folder, dict(oparams),
                       table=ctx.table)
