@@ -10,7 +10,7 @@ import pytest
 
 from mmfragile.budget.plan import plan_study, questions_for_effect
 from mmfragile.models.spec import ModelSpec
-from mmfragile.study import run_study
+from mmfragile.study import get_study, run_study
 
 FORMATS = ["uppercase-dot-line_break", "roman-colon-comma"]
 
@@ -33,6 +33,12 @@ def test_the_plan_counts_what_the_run_stores_and_times_it_by_the_recorded_rate(t
     run = run_study("format-bias", tiny_vlm, "synthetic-vqa", n=2, out=tmp_path / "fb", formats=FORMATS,
                     progress=False)
     assert grid["prompts"] == len(run.table("grid")) and grid["questions"] == 2
+    # tokens: the tokenizer alone counts every prompt's text, as the model's own tokenizer does (by hand here)
+    study = get_study("format-bias")
+    params = {**study.resolve({"formats": FORMATS}), "budgeted": False}
+    items = study.stage("grid").items(tiny_vlm, run.data.to_dict("records"), params, None)
+    tok = tiny_vlm.tokenizer
+    assert grid["tokens"] == sum(len(tok(it.prompt.text, add_special_tokens=False)["input_ids"]) for it in items) > 0
     after = plan_study("format-bias", "tiny-vlm", "synthetic-vqa", n=2, out=tmp_path / "fb", formats=FORMATS)
     rate = after.stages.set_index("stage").loc["grid", "rate"]
     info = run.stores["grid"].config["run_info"]["rate"]["tiny-vlm"]

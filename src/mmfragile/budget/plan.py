@@ -1,7 +1,9 @@
 """``mmfragile plan STUDY --model M --dataset D``: what a run would cost, before any model loads.
 
 Per stage of the study: the grid's size in prompts (the stage's own items, made from the dataset with a stand-in
-that has the model's declared capabilities - no weights, no tokenizer: prompt *tokens* are not counted); the time at
+that has the model's declared capabilities - no weights) and in prompt-text tokens (the model's tokenizer alone:
+the text of every prompt, system prompt included, before the chat template; image tokens are the processor's and
+not counted - none for an API model, whose tokenizer is the server's); the time at
 this machine's measured rate for that model (the ``rate`` a run through :func:`mmfragile.study.run_study` records
 in its store, read from ``--out`` - model loading included; none measured: the command that measures it); what
 each budget would cost; and, for a grid, how many questions detect a per-variant effect of ``--effect`` pp: the
@@ -38,6 +40,24 @@ def questions_for_effect(effect_pp: float, accuracy: float, cells_per_question: 
     return math.ceil((_Z_ALPHA + _Z_POWER) ** 2 * 2 * p * (1 - p) / (d * d * max(cells_per_question, 1)))
 
 
+def _tokenizer(spec: Any) -> tuple[Any, str | None]:
+    """The model's tokenizer without its weights, or None and why not."""
+    if spec.origin == "api":
+        return None, f"{spec.name} is an API model: its tokenizer is the server's"
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(spec.checkpoint_dir())), None
+    except (OSError, ValueError) as e:
+        return None, f"{spec.name}'s tokenizer did not load ({type(e).__name__}: {str(e).splitlines()[0]})"
+
+
+def text_tokens(tokenizer: Any, prompts: Sequence[Any]) -> int:
+    """The tokens of the prompts' text (system prompt + user turn, no special tokens, no chat template)."""
+    texts = [f"{p.system}\n{p.text}" if p.system else p.text for p in prompts]
+    return sum(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]) if texts else 0
+
+
 class _StandIn(MLLM):
     """The model's declared capabilities without the model (items are made, nothing is run)."""
 
@@ -56,7 +76,8 @@ class _StandIn(MLLM):
 
 @dataclass
 class Plan:
-    """``stages``: per stage - ``prompts``, ``questions``, ``variants``, ``cells_per_question`` (a variant's cells
+    """``stages``: per stage - ``prompts``, ``tokens`` (prompt-text tokens, NaN without a tokenizer), ``questions``,
+    ``variants``, ``cells_per_question`` (a variant's cells
     per question), ``rate`` (rows/s measured here, NaN if none), ``seconds`` (the whole stage at that rate);
     ``budgets``: per grid stage x budget - ``cells``, ``seconds``; ``power``: per grid stage - ``effect_pp``,
     ``accuracy`` (the stored one, else 0.5), ``questions`` needed, ``questions_here``; ``notes``."""
@@ -98,6 +119,7 @@ def plan_study(study: Any, model: str | None = None, dataset: str | None = None,
     dataset = dataset or st.default_dataset
     folder = Path(out) if out is not None else None
     rows, budget_rows, power_rows, notes = [], [], [], []
+    tokenizer, no_tokens = _tokenizer(spec)
     with tempfile.TemporaryDirectory() as scratch:   # a study's load may write (the judge set's pictures)
         ctx = RunContext(st, spec, spec.name, dataset, n, Path(scratch), st.resolve(params))
         ctx.data = st.load(ctx)
@@ -119,7 +141,9 @@ def plan_study(study: Any, model: str | None = None, dataset: str | None = None,
             by = unit if unit and unit in keys else "variant"
             n_var = int(keys[by].nunique()) if len(keys) else 0
             per_q = len(items) / max(n_q * max(n_var, 1), 1)
-            rows.append({"stage": stage.name, "prompts": len(items), "questions": n_q, "variants": n_var,
+            tokens = text_tokens(tokenizer, [it.prompt for it in items]) if tokenizer is not None else float("nan")
+            rows.append({"stage": stage.name, "prompts": len(items), "tokens": tokens, "questions": n_q,
+                         "variants": n_var,
                          "cells_per_question": round(per_q, 2), "rate": rate, "seconds": len(items) / rate})
             if stage.budget is None:
                 continue
@@ -134,6 +158,8 @@ def plan_study(study: Any, model: str | None = None, dataset: str | None = None,
         notes.append(f"no measured rate for {spec.name} here: a short run records one, e.g. `python -m mmfragile run "
                      f"{st.name} --model {spec.name} --dataset {dataset} --n 2 --out <folder>`; then plan with "
                      "--out <folder>")
-    notes.append("prompt tokens are not counted (no tokenizer is loaded); the questions needed assume independent "
-                 "cells, a lower bound")
+    if no_tokens:
+        notes.append(f"tokens not counted: {no_tokens}")
+    notes.append("tokens: the prompts' text, before the chat template and without image tokens; the questions "
+                 "needed assume independent cells, a lower bound")
     return Plan(pd.DataFrame(rows), pd.DataFrame(budget_rows), pd.DataFrame(power_rows), notes)
