@@ -112,7 +112,7 @@ def plan_study(study: Any, model: str | None = None, dataset: str | None = None,
     """The :class:`Plan` of ``study`` for ``model`` on ``dataset`` (see the module docstring); ``out``: the results
     folder a run would use (its stores' measured rate and stored accuracy are read; nothing is written there)."""
     from mmfragile.models.spec import as_spec
-    from mmfragile.study import RunContext, get_study
+    from mmfragile.study import RunContext, answerable, get_study
 
     st = get_study(study)
     spec = as_spec(model or st.default_model, model_args=model_args)
@@ -132,7 +132,8 @@ def plan_study(study: Any, model: str | None = None, dataset: str | None = None,
             except (OSError, ValueError) as e:   # a stage that reads an earlier stage's store
                 notes.append(f"{st.name}/{stage.name}: not planned ({e})")
                 continue
-            items = stage.items(stand_in, units, {**ctx.params, "budgeted": False}, None)
+            items = answerable(stand_in, stage.items(stand_in, units, {**ctx.params, "budgeted": False}, None),
+                               stage.unit)   # what the run would send: a text-only model's image items left out
             keys = pd.DataFrame([it.key for it in items])
             store_root = (folder / stage.subfolder) if folder is not None else None
             rate, acc = _measured(store_root, spec.name)
