@@ -178,6 +178,13 @@ def main() -> None:
     from mmfragile.paths import vllm_venv
 
     names, dtypes = a.backends.split(","), a.dtypes.split(",")
+    if "bfloat16" in dtypes:
+        from mmfragile.models.hf import cpu_has_bf16_matmul
+
+        if not cpu_has_bf16_matmul():
+            sys.exit("--dtypes bfloat16: this CPU has no bfloat16 matrix instructions (no AMX or AVX512-BF16), so "
+                     "torch emulates them and the run would time the emulation (docs/speed.md, 'The CPU fast "
+                     "path'); run --dtypes float32 here, bfloat16 on a CPU that has them")
     env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     out: dict[tuple[str, str], dict] = {}

@@ -259,6 +259,7 @@ def test_engine_agreement_in_bfloat16_is_measured_against_a_hand_count(tmp_path_
     generate's own answers, and its |d logit| is that arithmetic's (above float32's, far below a logit)."""
     from mmfragile.engine import PrefixSharingEngine
     from mmfragile.models.conformance import ATOL, engine_agreement
+    from mmfragile.models.hf import cpu_has_bf16_matmul
 
     path = str(build_tiny("qwen2_5_vl", root=tmp_path_factory.getbasetemp() / "tiny"))
     fp32 = engine_agreement(load_model(path))
@@ -273,4 +274,6 @@ def test_engine_agreement_in_bfloat16_is_measured_against_a_hand_count(tmp_path_
         outs = engine.run_group(ps, [["A", "B"]] * len(ps), 4)
         flips += sum(o.text != r for o, r in zip(outs, model.generate(ps, max_new_tokens=4)))
     assert got["flips"] == flips and got["prompts"] == 30
-    assert fp32["max_dlogit"] < got["max_dlogit"] < 0.1
+    assert got["max_dlogit"] < 0.1
+    if cpu_has_bf16_matmul():   # hardware bf16 GEMMs round the engine's tail shapes and generate's differently;
+        assert fp32["max_dlogit"] < got["max_dlogit"]   # an emulating CPU (AVX2) may round both alike: 0 measured
