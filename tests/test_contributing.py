@@ -220,15 +220,19 @@ def family_edits() -> dict[str, Edit]:
     return edits
 
 
-def test_a_new_family_changes_exactly_the_files_contributing_lists(tmp_path):
-    edits = family_edits()
-    files = [named(p, FAKE_FAMILY) for p in listed("model family")]
-    assert sorted(edits) == sorted(files), ("CONTRIBUTING.md, A new model family: the files a new family changes "
+def check_recipe(tmp_path: Path, recipe: str, fake: str, edits: dict, tests: list, selected: list, **kw: Any) -> None:
+    """The files a fake addition changed are the ones recipe ``recipe`` lists, and each of those edits is forced."""
+    files = [named(p, fake) for p in listed(recipe)]
+    assert sorted(edits) == sorted(files), (f"CONTRIBUTING.md, A new {recipe}: the files a new {recipe} changes "
                                             f"are {sorted(edits)}; it lists {sorted(files)}")
-    check_each_edit_is_forced(copy_repo(tmp_path / "repo"), edits, FAMILY_TESTS,
-                              ["test_every_family_has_a_processor_expectation",
-                               f"test_loads_by_path_with_its_real_classes[{FAKE_FAMILY}]"],
-                              preload=PRELOAD + ["transformers", "transformers.modeling_utils"])
+    check_each_edit_is_forced(copy_repo(tmp_path / "repo"), edits, tests, selected, **kw)
+
+
+def test_a_new_family_changes_exactly_the_files_contributing_lists(tmp_path):
+    check_recipe(tmp_path, "model family", FAKE_FAMILY, family_edits(), FAMILY_TESTS,
+                 ["test_every_family_has_a_processor_expectation",
+                  f"test_loads_by_path_with_its_real_classes[{FAKE_FAMILY}]"],
+                 preload=PRELOAD + ["transformers", "transformers.modeling_utils"])
 
 
 # ---------------------------------------------------------------------------------------------- a fake benchmark
@@ -283,13 +287,9 @@ def benchmark_edits() -> dict[str, Edit]:
 
 
 def test_a_new_benchmark_changes_exactly_the_files_contributing_lists(tmp_path):
-    edits = benchmark_edits()
-    files = [named(p, FAKE_BENCHMARK) for p in listed("benchmark")]
-    assert sorted(edits) == sorted(files), ("CONTRIBUTING.md, A new benchmark: the files a new benchmark changes "
-                                            f"are {sorted(edits)}; it lists {sorted(files)}")
-    check_each_edit_is_forced(copy_repo(tmp_path / "repo"), edits, BENCHMARK_TESTS,
-                              [f"test_every_benchmark_loads_its_fixture[{FAKE_BENCHMARK}]",
-                               "test_expectations_name_registered_benchmarks", "test_standard_formats_table5"])
+    check_recipe(tmp_path, "benchmark", FAKE_BENCHMARK, benchmark_edits(), BENCHMARK_TESTS,
+                 [f"test_every_benchmark_loads_its_fixture[{FAKE_BENCHMARK}]",
+                  "test_expectations_name_registered_benchmarks", "test_standard_formats_table5"])
 
 
 # ---------------------------------------------------------------------------------------------- every benchmark
