@@ -194,8 +194,8 @@ class Stage:
     ``score`` is a plain function of one output and its item, given as keywords the study parameters named in
     ``score_params`` (Promptception's extraction policy);
     ``skipped`` is a list to append bad rows to (``skip_bad_rows``) or None (raise); ``params`` holds the study's
-    parameters and ``budgeted`` (a budgeted design samples the items); ``run_params`` name the parameters the run loop takes
-    (``batch_size`` ...), ``run_kw(params)`` adds computed ones. ``models(ctx)``: the specs to
+    parameters and ``budgeted`` (a budgeted design samples the items); ``run_params`` name the parameters the
+    run loop takes (``batch_size`` ...), ``run_kw(params)`` adds computed ones. ``models(ctx)``: the specs to
     run the stage with, if not the study's model (the generators of self-generated responses). ``budget``: the
     grid a budget samples (None: the stage always runs whole). ``subfolder``: its store's folder under the study's
     results folder (stages may share one; "" is the results folder itself); the store's stage tag is :attr:`tag`.
@@ -294,8 +294,8 @@ class Study:
         return out
 
     def check(self) -> None:
-        """What :func:`register` checks: parameter names unique, each default of its declared type, every stage's
-        ``score_params`` a parameter, stage names unique."""
+        """What :func:`register` checks: parameter names unique, each default of its declared type, stage names
+        unique, every stage's ``score_params`` and ``run_params`` a parameter."""
         names = [p.name for p in self.params]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:

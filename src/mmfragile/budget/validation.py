@@ -35,8 +35,8 @@ from mmfragile.budget.estimator import (STATISTICS, GridSpec, adaptive_batch, bu
                      stratified_order, summarize_units, unit_accuracy)
 
 __all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth",
-           "hide", "observed_only", "design_mask", "error_curves", "summarize_curves", "auto_stop_curves", "simulate_grid",
-           "simulation_spec",
+           "hide", "observed_only", "design_mask", "error_curves", "summarize_curves", "auto_stop_curves",
+           "simulate_grid", "simulation_spec",
            "PROMPTEVAL_REPORTED"]
 
 #: What PromptEval (Maia Polo et al. 2024) reports, for the side-by-side in notebook 35 / 42. Only statements
@@ -197,8 +197,8 @@ def auto_stop_curves(cells: pd.DataFrame, spec: GridSpec, target: float, seeds: 
         g = g.reset_index(drop=True)
         true = truth(g, spec)[1].set_index("statistic")["truth"]
         for seed in seeds:
-            res = auto_stop(g, spec, target, partial(observed_only, g), statistics=statistics, seed=seed, round_share=round_share,
-                            level=level, n_draws=n_draws)
+            res = auto_stop(g, spec, target, partial(observed_only, g), statistics=statistics, seed=seed,
+                            round_share=round_share, level=level, n_draws=n_draws)
             got = res.estimate.summary.set_index("statistic")["estimate"]
             for st in res.statistics:
                 err = float(got[st] - true[st])

@@ -14,8 +14,9 @@ from mmfragile.studies.judgebias.items import SELFGEN_DATASET_SUFFIX
 from mmfragile.studies.judgebias.metrics import AGGREGATE_COLUMNS, PERTURBATIONS, bias_scores
 from mmfragile.studies.judgebias.perturbations import UNPERTURBED
 
-__all__ = ["main_rows", "selfgen_rows", "judgment_table", "bias_table", "position_table", "verbosity_table", "selfgen_table",
-           "parse_failure_table", "read_run", "prompt_variants", "setting_table", "PROMPT_VARIANT_ORDER"]
+__all__ = ["main_rows", "selfgen_rows", "judgment_table", "bias_table", "position_table", "verbosity_table",
+           "selfgen_table", "parse_failure_table", "read_run", "prompt_variants", "setting_table",
+           "PROMPT_VARIANT_ORDER"]
 
 #: the score-prompt variants in the paper's order (Tables 14/16); others follow, sorted
 PROMPT_VARIANT_ORDER = ("original", "score_guide", "constraints", "reasoning", "na")
@@ -25,21 +26,22 @@ def _rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
     return rows.read() if isinstance(rows, ResultStore) else rows
 
 
-def main_rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
-    """The main-study score rows: every dataset (the synthetic set or the MM-JudgeBias release) except the
-    self-enhancement ones (``<dataset>-selfgen``)."""
+def _split_selfgen(rows: pd.DataFrame | ResultStore, selfgen: bool) -> pd.DataFrame:
     d = _rows(rows)
     if d.empty:
         return d
-    return d[~d["dataset"].astype(str).str.endswith(SELFGEN_DATASET_SUFFIX)]
+    return d[d["dataset"].astype(str).str.endswith(SELFGEN_DATASET_SUFFIX) == selfgen]
+
+
+def main_rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
+    """The main-study score rows: every dataset (the synthetic set or the MM-JudgeBias release) except the
+    self-enhancement ones (``<dataset>-selfgen``)."""
+    return _split_selfgen(rows, selfgen=False)
 
 
 def selfgen_rows(rows: pd.DataFrame | ResultStore) -> pd.DataFrame:
     """The self-enhancement score rows (``<dataset>-selfgen``): the judge's scores of the generators' responses."""
-    d = _rows(rows)
-    if d.empty:
-        return d
-    return d[d["dataset"].astype(str).str.endswith(SELFGEN_DATASET_SUFFIX)]
+    return _split_selfgen(rows, selfgen=True)
 
 
 def judgment_table(rows: pd.DataFrame | ResultStore, prompt_variant: str | None = "original", *,
@@ -144,7 +146,8 @@ def read_run(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
     study = get_study("judge")   # through the registry: the study module imports this one
     if not (Path(folder) / "scores").is_dir():
-        raise FileNotFoundError(f"{str(folder)!r} is neither 'published' nor a results folder of 50_judgebias_run.ipynb")
+        raise FileNotFoundError(f"{str(folder)!r} is neither 'published' nor a results folder of "
+                                "50_judgebias_run.ipynb")
     rows, pairs = (study.stage_store(folder, stage).read() for stage in ("scores", "pairwise"))
     if rows.empty:
         raise FileNotFoundError(f"no score rows under {folder}/scores - run 50_judgebias_run.ipynb first")

@@ -230,7 +230,8 @@ def pair_group(unit: PairItem) -> str:
 def response_items(generator: MLLM, units: Sequence[JudgeSample], params: dict,
                    skipped: list | None = None) -> list[EvalItem]:
     """One greedy answer per item (the query as the whole user turn, images attached); a text-only generator
-    answers the text-only items only (:func:`mmfragile.study.answerable`). Key: ``model`` = the generator, ``question_id`` = the item id."""
+    answers the text-only items only (:func:`mmfragile.study.answerable`). Key: ``model`` = the generator,
+    ``question_id`` = the item id."""
     return [EvalItem({"dataset": sample_dataset(s), "question_id": str(s.meta.get("item_id", s.sample_id)),
                       "variant": "response", "source_sample": s.sample_id},
                      Prompt(text=s.query, images=list(s.images)),

@@ -10,6 +10,7 @@ the shared layers.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pandas as pd
@@ -63,10 +64,16 @@ def _items(alternative: str | None):
     return items
 
 
+@functools.lru_cache(maxsize=None)
+def _cell_scorer(of: str):
+    """The score function of ``of``'s grid stage under that study's defaults (resolved once, not once per cell)."""
+    _, stage, oparams = _of({"of": of})
+    return stage.scorer(oparams)
+
+
 def score_cell(raw, item, of: str) -> dict:
     """A cell's output scored as the study it comes from (``of``) scores it, under that study's defaults."""
-    _, stage, oparams = _of({"of": of})
-    return stage.scorer(oparams)(raw, item)
+    return _cell_scorer(of)(raw, item)
 
 
 def _config(ctx: RunContext) -> dict:
