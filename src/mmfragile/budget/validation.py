@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 from scipy import stats as sps
 
 from mmfragile.errors import DataError
@@ -36,7 +37,7 @@ from mmfragile.budget.estimator import (STATISTICS, GridSpec, adaptive_batch, bu
 
 __all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth",
            "hide", "observed_only", "design_mask", "error_curves", "summarize_curves", "auto_stop_curves",
-           "simulate_grid", "simulation_spec",
+           "simulate_grid", "simulation_spec", "PROMPTEVAL_METHODS", "prompteval_estimate", "distribution_errors",
            "PROMPTEVAL_REPORTED"]
 
 #: What PromptEval (Maia Polo et al. 2024) reports, for the side-by-side in notebook 35 / 42. Only statements
@@ -211,7 +212,7 @@ def auto_stop_curves(cells: pd.DataFrame, spec: GridSpec, target: float, seeds: 
 # ================================================================================================ curves
 def error_curves(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[float | int], seeds: Iterable[int] = (0,),
                  design: str = "stratified", level: float = 0.9, n_draws: int = 200, progress: bool = False,
-                 **design_kw) -> dict[str, pd.DataFrame]:
+                 scale_draws: int = 8, **design_kw) -> dict[str, pd.DataFrame]:
     """Error vs budget on a complete grid (every group = dataset x model estimated separately, rankings across
     the models of a dataset). Returns frames:
 
@@ -223,6 +224,8 @@ def error_curves(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[float | 
     * ``ranking``: per dataset x budget x seed x method: Kendall tau between estimated and true model ranking,
       averaged over units (only with >= 2 models per dataset);
     * ``cells``: per group x budget x seed: cells observed and fraction.
+
+    ``scale_draws``: :func:`~mmfragile.budget.estimator.estimate`'s (0 = intervals at the learnt prior scales).
     """
     from tqdm.auto import tqdm
 
@@ -236,8 +239,9 @@ def error_curves(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[float | 
         for key, g in groups:
             g = g.reset_index(drop=True)
             parts.append(hide(g, design_mask(g, spec, b, s, design, **design_kw)))
-        est = estimate(pd.concat(parts, ignore_index=True), spec, level=level, n_draws=n_draws, seed=s)
-        tag = {"budget": b, "seed": s, "design": design}
+        est = estimate(pd.concat(parts, ignore_index=True), spec, level=level, n_draws=n_draws, seed=s,
+                       scale_draws=scale_draws)
+        tag = {"budget": b, "seed": s, "design": design, "scale_draws": scale_draws}
         _collect(est, tu, ts, gcols, spec, tag, out)
     return {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in out.items()}
 
@@ -312,6 +316,100 @@ def summarize_curves(curves: dict[str, pd.DataFrame], by: Sequence[str] = ("budg
     cells = curves["cells"].groupby(by).agg(n_observed=("n_observed", "mean"), n_cells=("n_cells", "mean"),
                                             fraction=("fraction", "mean"))
     return res.reset_index().merge(cells.reset_index(), on=by)
+
+
+# ================================================================================================ PromptEval
+#: PromptEval's estimators (Maia Polo et al. 2024, Sec. 3; their ``prompteval/methods.py``), implemented here:
+#: "PE-Rasch" - a one-hot per variant and per question; "PE-discrete" - the variant's discrete covariates (the
+#: spec's one-column variant terms) instead of its one-hot. PE-EmbPT / PE-EmbFT need a prompt encoder (BERT,
+#: fine-tuned on the grid) - not implemented: no encoder ships offline and a format's covariates name it fully.
+PROMPTEVAL_METHODS: tuple[str, ...] = ("pe-rasch", "pe-discrete")
+
+
+def prompteval_estimate(cells: pd.DataFrame, spec: GridSpec, method: str = "pe-rasch") -> pd.DataFrame:
+    """PromptEval's plug-in estimate of one group's per-unit accuracies (%): columns ``spec.unit``,
+    ``estimate``. The fit is theirs - scikit-learn's ``LogisticRegression(C=100, solver="liblinear",
+    fit_intercept=False)`` on the observed cells' features, with an explicit intercept column where covariates
+    replace a one-hot (their ``ExtendedRaschModel``) and, where every observed outcome agrees, one flipped at
+    a seeded random position (their trick to make liblinear run); observed cells keep their outcome, the others
+    get the fitted probability."""
+    from sklearn.linear_model import LogisticRegression
+
+    if method not in PROMPTEVAL_METHODS:
+        raise ValueError(f"method must be one of {PROMPTEVAL_METHODS}, not {method!r}")
+    cells = cells.reset_index(drop=True)
+    if method == "pe-rasch":
+        unit_cols = [[spec.unit]]
+    else:
+        unit_cols = [[c] for t in spec.terms if len(t.columns) == 1 and spec.question not in t.columns
+                     and t.columns[0] != spec.unit for c in t.columns]
+    codes = [pd.factorize(cells[c[0]].astype(str), sort=True)[0] for c in [*unit_cols, [spec.question]]]
+    offsets = np.cumsum([0, *(int(c.max()) + 1 for c in codes)])
+    n = len(cells)
+    X = sp.csr_matrix((np.ones(n * len(codes)), np.stack([c + o for c, o in zip(codes, offsets)], axis=1).ravel(),
+                       np.arange(0, n * len(codes) + 1, len(codes))), shape=(n, int(offsets[-1])))
+    if method == "pe-discrete":
+        X = sp.hstack([X, np.ones((n, 1))], format="csr")
+    obs = cells["correct"].notna().to_numpy()
+    y = cells["correct"].to_numpy(float)
+    yo = y[obs].copy()
+    if np.var(yo) == 0:
+        yo[np.random.RandomState(0).choice(len(yo))] = 1 - np.median(yo)
+    lr = LogisticRegression(C=100.0, solver="liblinear", fit_intercept=False, random_state=0).fit(X[obs], yo)
+    p = lr.predict_proba(X)[:, 1]
+    units, acc = unit_accuracy(cells, spec, np.where(obs, y, p))
+    return pd.DataFrame({spec.unit: units, "estimate": acc})
+
+
+def distribution_errors(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[float], seeds: Iterable[int],
+                        methods: Sequence[str] = ("irt", *PROMPTEVAL_METHODS, "avg"),
+                        progress: bool = False) -> pd.DataFrame:
+    """How well each method recovers every group's per-variant accuracy distribution from the same stratified
+    cells (PromptEval's Fig. 3 measures): per group x budget x seed x method ``w1`` (Wasserstein-1 distance
+    between the estimated and the true per-variant accuracies, as fractions: PromptEval's scale), ``q05_err`` /
+    ``q95_err`` (absolute 5 / 95 % quantile error, pp), ``mean_err`` (pp) and, per dataset with >= 2 models,
+    ``kendall_tau`` (of the model ranking per variant, averaged over variants). ``irt`` is
+    :func:`~mmfragile.budget.estimator.estimate`'s plug-in, ``avg`` the per-variant mean of the observed cells."""
+    from tqdm.auto import tqdm
+
+    tu, _ = truth(cells, spec)
+    gcols = _group_cols(cells)
+    rows = []
+    for b, s in tqdm([(b, s) for b in budgets for s in seeds], disable=not progress, desc="distribution errors"):
+        ests = []
+        for key, g in (cells.groupby(gcols, sort=True) if gcols else [((), cells)]):
+            g = g.reset_index(drop=True)
+            key = key if isinstance(key, tuple) else (key,)
+            h = hide(g, design_mask(g, spec, b, s))
+            point = estimate(h, spec, n_draws=0).units if {"irt", "avg"} & set(methods) else None
+            for method in methods:
+                if method == "irt":
+                    e = point[[spec.unit, "estimate"]]
+                elif method == "avg":
+                    e = point[[spec.unit, "observed"]].rename(columns={"observed": "estimate"})
+                else:
+                    e = prompteval_estimate(h, spec, method)
+                ests.append(e.assign(**dict(zip(gcols, key)), method=method))
+        u = pd.concat(ests, ignore_index=True).merge(tu, on=[*gcols, spec.unit])
+        for key, gu in u.groupby([*gcols, "method"], sort=True):
+            est, acc = gu["estimate"].dropna().to_numpy(), gu["accuracy"].to_numpy()
+            qe = np.abs(np.percentile(est, [5, 95]) - np.percentile(acc, [5, 95]))
+            rows.append({**dict(zip([*gcols, "method"], key)), "budget": b, "seed": s,
+                         "w1": sps.wasserstein_distance(est / 100, acc / 100), "q05_err": qe[0], "q95_err": qe[1],
+                         "mean_err": abs(est.mean() - acc.mean()), "kendall_tau": np.nan})
+        if "model" in gcols and u["model"].nunique() > 1:
+            dcols = [c for c in gcols if c != "model"]
+            for key, gd in u.groupby([*dcols, "method"], sort=True):
+                key = key if isinstance(key, tuple) else (key,)
+                taus = [sps.kendalltau(gg["estimate"], gg["accuracy"]).statistic
+                        for _, gg in gd.groupby(spec.unit) if gg["accuracy"].nunique() > 1 and gg["estimate"].notna().all()]
+                sel = np.ones(len(rows), bool)
+                for i, r in enumerate(rows):
+                    sel[i] = (r["budget"] == b and r["seed"] == s
+                              and all(r.get(c) == v for c, v in zip([*dcols, "method"], key)))
+                for i in np.flatnonzero(sel):
+                    rows[i]["kendall_tau"] = float(np.nanmean(taus)) if taus else np.nan
+    return pd.DataFrame(rows)
 
 
 # ================================================================================================ simulation
