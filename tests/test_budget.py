@@ -464,3 +464,24 @@ def test_a_budget_over_a_subset_estimates_that_subset_not_the_catalogue(tmp_path
         rows = ResultStore(out).read()
         n_cells = 2 * sum(len(o) for o in rows.drop_duplicates("question_id")["option_ids"])
     assert int(values[cols.index("n_cells")]) == n_cells
+
+
+@pytest.mark.parametrize("what", ["errors", "coverage"])
+def test_the_comparison_script_runs_on_the_embedded_grid(what, tmp_path, capsys):
+    """scripts/budget_comparison.py (docs/budget.md's tables) on one budget and seed of the embedded grid."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "budget_comparison.py"
+    spec = importlib.util.spec_from_file_location("budget_comparison", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([what, "embedded", "format-bias", "--budgets", "0.05", "--seeds", "1", "--out", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / f"{what}_format-bias_embedded.csv")
+    if what == "errors":
+        w1 = table.set_index("method")["w1"]
+        assert set(w1.index) == {"irt", "pe-rasch", "pe-discrete", "avg"} and w1["irt"] < w1["avg"]
+    else:
+        assert sorted(table["scale_draws"]) == [0, 8] and {"mean", "q05", "worst", "variant"} <= set(table.columns)
+        assert table[["mean", "variant"]].stack().between(0, 1).all()
+    assert "embedded" in capsys.readouterr().out
