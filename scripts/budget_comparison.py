@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             st = cur["stats"][cur["stats"]["method"] == "irt"]
             cov = st.groupby(["budget", "statistic"])["covered"].mean().unstack()
             cov["variant"] = cur["units"].groupby("budget")["coverage"].mean()
+            if len(cur["rank_coverage"]):
+                cov["rank"] = cur["rank_coverage"].groupby("budget")["covered"].mean()
             parts.append(cov.reset_index().assign(scale_draws=draws))
         table = summary = pd.concat(parts, ignore_index=True).round(3)
     out = Path(a.out)

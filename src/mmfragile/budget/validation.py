@@ -223,6 +223,8 @@ def error_curves(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[float | 
       accuracy lost by taking the estimated best / worst);
     * ``ranking``: per dataset x budget x seed x method: Kendall tau between estimated and true model ranking,
       averaged over units (only with >= 2 models per dataset);
+    * ``rank_coverage``: per group x unit x budget x seed (only with >= 2 models per dataset): ``covered``, whether
+      the model's rank interval holds its rank on the full grid;
     * ``cells``: per group x budget x seed: cells observed and fraction.
 
     ``scale_draws``: :func:`~mmfragile.budget.estimator.estimate`'s (0 = intervals at the learnt prior scales).
@@ -232,7 +234,7 @@ def error_curves(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[float | 
     tu, ts = truth(cells, spec)
     gcols = _group_cols(cells)
     groups = list(cells.groupby(gcols, sort=True)) if gcols else [((), cells)]
-    out = {k: [] for k in ("stats", "units", "extremes", "ranking", "cells")}
+    out = {k: [] for k in ("stats", "units", "extremes", "ranking", "rank_coverage", "cells")}
     todo = [(b, s) for b in budgets for s in seeds]
     for b, s in tqdm(todo, disable=not progress, desc=f"{spec.name} error curves"):
         parts = []
@@ -292,6 +294,11 @@ def _collect(est, tu, ts, gcols, spec, tag, out) -> None:
                 rk.append({**dict(zip(dcols, dkey)), "method": method, "kendall_tau": np.nanmean(taus) if taus else np.nan,
                            "n_units": len(taus), **tag})
         out["ranking"].append(pd.DataFrame(rk))
+        if len(est.ranks):   # the rank intervals: does [rank_lo, rank_hi] hold the full grid's rank?
+            tr = u.assign(true_rank=u.groupby([*dcols, spec.unit])["accuracy"].rank(method="min", ascending=False))
+            rr = est.ranks.merge(tr[[*gcols, spec.unit, "true_rank"]], on=[*gcols, spec.unit])
+            held = (rr["rank_lo"] <= rr["true_rank"]) & (rr["true_rank"] <= rr["rank_hi"])
+            out["rank_coverage"].append(rr[[*gcols, spec.unit]].assign(covered=held.to_numpy(), **tag))
     out["cells"].append(est.budget.assign(**tag))
 
 
