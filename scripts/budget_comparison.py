@@ -1,6 +1,6 @@
 """The budgeted estimator against the full grid and against PromptEval's estimators (docs/budget.md's tables).
 
-    python scripts/budget_comparison.py errors published format-bias --budgets 0.02 --seeds 10 --out figures/budget/comparison
+    python scripts/budget_comparison.py errors published format-bias --budgets 0.02 --seeds 10
     python scripts/budget_comparison.py coverage published promptception --max-items 600 --budgets 0.02,0.05 --seeds 3
 
 ``errors``: per group x budget x seed x method (ours, PE-Rasch, PE-discrete, the per-variant average) the W1
@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("source", help="embedded | published | a results folder")
     ap.add_argument("study", help="format-bias | promptception")
     ap.add_argument("--datasets", default=None, help="comma-separated (published grids; default all)")
-    ap.add_argument("--max-items", type=int, default=None, help="items per dataset (published grids; default the paper's)")
+    ap.add_argument("--max-items", type=int, default=None,
+                    help="items per dataset (published grids; default the paper's)")
     ap.add_argument("--budgets", default="0.01,0.02,0.05,0.1")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--out", default="figures/budget/comparison")

@@ -48,6 +48,7 @@ stores) and :mod:`mmfragile.budget.validation` (complete grids, simulations from
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -59,8 +60,8 @@ from threadpoolctl import threadpool_limits
 
 from mmfragile.errors import DataError
 
-__all__ = ["Term", "GridSpec", "QUANTILES", "STATISTICS", "IRTFit", "fit_irt", "refit", "scale_posterior", "SCALE_FACTORS",
-           "BudgetEstimate", "estimate", "unit_accuracy", "summarize_units", "stratified_order",
+__all__ = ["Term", "GridSpec", "QUANTILES", "STATISTICS", "IRTFit", "fit_irt", "refit", "scale_posterior",
+           "SCALE_FACTORS", "BudgetEstimate", "estimate", "unit_accuracy", "summarize_units", "stratified_order",
            "budget_size", "adaptive_batch"]
 
 #: Quantiles of the per-variant accuracy distribution (PromptEval's set), percent.
@@ -474,11 +475,19 @@ def fit_irt(cells: pd.DataFrame, spec: GridSpec, prior: str = "empirical", pseud
                 if done:
                     break
             theta = newton.converge(theta, prec)
-        H = newton.hessian(theta, prec)
-        H.chol_S  # factorise now, under the thread limit
+        return _fitted(spec, newton, theta, sd, obs, prec)
+
+
+def _fitted(spec: GridSpec, newton: _Newton, theta: np.ndarray, sd: np.ndarray, observed: np.ndarray,
+            prec: np.ndarray) -> IRTFit:
+    """The :class:`IRTFit` at the MAP ``theta``: its Laplace posterior factorised now (callers hold the BLAS
+    thread limit) and the linear predictor of every cell."""
+    des = newton.des
+    H = newton.hessian(theta, prec)
+    H.chol_S
     eta = theta[0] + theta[1 + des.cols].sum(axis=1)
-    return IRTFit(spec, des, theta, {t.name: float(s) for t, s in zip(des.terms, sd)}, eta, obs, H, newton.n_iter,
-                  prec, pseudo_count)
+    return IRTFit(spec, des, theta, {t.name: float(s) for t, s in zip(des.terms, sd)}, eta, observed, H,
+                  newton.n_iter, prec, newton.pseudo_count)
 
 
 def refit(fit: IRTFit, cells: pd.DataFrame, sd: np.ndarray) -> IRTFit:
@@ -491,12 +500,8 @@ def refit(fit: IRTFit, cells: pd.DataFrame, sd: np.ndarray) -> IRTFit:
     prec = fit.precision * np.r_[1.0, (old / np.asarray(sd, float))[des.term_of] ** 2]
     newton = _Newton(des, rows, y, fit.pseudo_count, 50, 1e-8)
     with threadpool_limits(limits=1, user_api="blas"):
-        theta = newton.converge(fit.coef.copy(), prec)
-        H = newton.hessian(theta, prec)
-        H.chol_S
-    eta = theta[0] + theta[1 + des.cols].sum(axis=1)
-    return IRTFit(fit.spec, des, theta, {t.name: float(s) for t, s in zip(des.terms, sd)}, eta, fit.observed, H,
-                  newton.n_iter, prec, fit.pseudo_count)
+        return _fitted(fit.spec, newton, newton.converge(fit.coef.copy(), prec), np.asarray(sd, float), fit.observed,
+                       prec)
 
 
 #: factors ``c`` of the variant terms' learnt prior scales at which :func:`scale_posterior` weighs the evidence
@@ -693,6 +698,7 @@ class _Predictor:
             raise DataError("estimate(coverage=True): the observed cells need a 'covered' column (0/1)")
         self.hurdle = bool(has_cov if coverage is None else coverage)
         if not self.hurdle:
+            self.frames = [g]
             self.fits = [fit_irt(g, spec, prior=prior)]
             return
         cov = pd.to_numeric(g["covered"], errors="coerce").where(obs)
@@ -701,27 +707,24 @@ class _Predictor:
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise DataError(f"estimate: row {i} is correct but not covered (a correct answer is a valid option ID)")
-        fits = [fit_irt(g.assign(correct=cov), spec, prior=prior)]
+        # the frames each fit was made from (at_scales refits them): covered, then correct where covered
+        self.frames = [g.assign(correct=cov)]
         given = g.assign(correct=cor.where(cov == 1))
         if given["correct"].notna().any():  # else nothing was ever covered: P(correct) = P(covered) x 0
-            fits.append(fit_irt(given, spec, prior=prior))
-        self.fits = fits
+            self.frames.append(given)
+        self.fits = [fit_irt(fr, spec, prior=prior) for fr in self.frames]
 
-    def at_scales(self, g: pd.DataFrame, n: int, rng: np.random.Generator) -> list[_Predictor]:
+    def at_scales(self, n: int, rng: np.random.Generator) -> list[_Predictor]:
         """``n`` predictors, each fit at prior scales drawn from their posterior (:func:`scale_posterior`) by
         stratified inverse CDF, the strata shuffled per fit (a Latin hypercube)."""
-        frames = ([g] if not self.hurdle else
-                  [g.assign(correct=g["covered"].where(g["correct"].notna())),
-                   g.assign(correct=g["correct"].where(g["covered"] == 1))])
         picks = []
-        for f, fr in zip(self.fits, frames):
+        for f, fr in zip(self.fits, self.frames):
             w, fits = scale_posterior(f, fr)
             u = (rng.permutation(n) + rng.random(n)) / n
             picks.append([fits[min(int(np.searchsorted(np.cumsum(w), x)), len(fits) - 1)] for x in u])
         out = []
         for k in range(n):
-            p = object.__new__(_Predictor)
-            p.hurdle = self.hurdle
+            p = copy.copy(self)
             p.fits = [pk[k] for pk in picks]
             out.append(p)
         return out
@@ -765,7 +768,7 @@ def _posterior_accuracy(pred: _Predictor, g: pd.DataFrame, spec: GridSpec, y: np
             return sims, summarize_units(sims)
         acc = unit_accuracy(g, spec, np.where(obs, y, pred.p))[1]
         return _centred_draws(acc, sims), _centred_draws(summarize_units(acc), summarize_units(sims))
-    preds = pred.at_scales(g, scale_draws, rng)
+    preds = pred.at_scales(scale_draws, rng)
     per = [n_draws // scale_draws + (k < n_draws % scale_draws) for k in range(scale_draws)]
     units, stats = [], []
     for p_k, n_k in zip(preds, per):
@@ -776,7 +779,8 @@ def _posterior_accuracy(pred: _Predictor, g: pd.DataFrame, spec: GridSpec, y: np
         stat_k = summarize_units(sims)
         centred = _centred_draws(summarize_units(acc_k), stat_k)
         raw = stat_k.copy()
-        raw[STATISTICS.index("mean")] = centred[STATISTICS.index("mean")]  # the mean: Laplace's own centre is the one the raw draws get wrong
+        mean = STATISTICS.index("mean")
+        raw[mean] = centred[mean]            # the mean: Laplace's own centre is the one the raw draws get wrong
         units.append(_centred_draws(acc_k, sims))
         stats += [centred, raw]
     return np.concatenate(units, axis=1), np.concatenate(stats, axis=1)

@@ -287,12 +287,8 @@ def _collect(est, tu, ts, gcols, spec, tag, out) -> None:
                 continue
             dkey = dkey if isinstance(dkey, tuple) else (dkey,)
             for method, col in (("irt", "estimate"), ("avg", "observed")):
-                taus = []
-                for _, gu in g.groupby(spec.unit):
-                    if gu[col].notna().all() and gu["accuracy"].nunique() > 1 and gu[col].nunique() > 1:
-                        taus.append(sps.kendalltau(gu[col], gu["accuracy"]).statistic)
-                rk.append({**dict(zip(dcols, dkey)), "method": method, "kendall_tau": np.nanmean(taus) if taus else np.nan,
-                           "n_units": len(taus), **tag})
+                tau, n_units = _mean_kendall_tau(g, spec.unit, col)
+                rk.append({**dict(zip(dcols, dkey)), "method": method, "kendall_tau": tau, "n_units": n_units, **tag})
         out["ranking"].append(pd.DataFrame(rk))
         if len(est.ranks):   # the rank intervals: does [rank_lo, rank_hi] hold the full grid's rank?
             tr = u.assign(true_rank=u.groupby([*dcols, spec.unit])["accuracy"].rank(method="min", ascending=False))
@@ -300,6 +296,14 @@ def _collect(est, tu, ts, gcols, spec, tag, out) -> None:
             held = (rr["rank_lo"] <= rr["true_rank"]) & (rr["true_rank"] <= rr["rank_hi"])
             out["rank_coverage"].append(rr[[*gcols, spec.unit]].assign(covered=held.to_numpy(), **tag))
     out["cells"].append(est.budget.assign(**tag))
+
+
+def _mean_kendall_tau(u: pd.DataFrame, unit: str, col: str) -> tuple[float, int]:
+    """Kendall tau between ``col`` and the true ``accuracy`` of the models of one dataset, averaged over the
+    units where both are defined (every model estimated, neither constant), and that number of units."""
+    taus = [sps.kendalltau(gu[col], gu["accuracy"]).statistic for _, gu in u.groupby(unit)
+            if gu[col].notna().all() and gu["accuracy"].nunique() > 1 and gu[col].nunique() > 1]
+    return (float(np.nanmean(taus)) if taus else np.nan), len(taus)
 
 
 def summarize_curves(curves: dict[str, pd.DataFrame], by: Sequence[str] = ("budget",)) -> pd.DataFrame:
@@ -346,11 +350,11 @@ def prompteval_estimate(cells: pd.DataFrame, spec: GridSpec, method: str = "pe-r
         raise ValueError(f"method must be one of {PROMPTEVAL_METHODS}, not {method!r}")
     cells = cells.reset_index(drop=True)
     if method == "pe-rasch":
-        unit_cols = [[spec.unit]]
+        unit_cols = [spec.unit]
     else:
-        unit_cols = [[c] for t in spec.terms if len(t.columns) == 1 and spec.question not in t.columns
-                     and t.columns[0] != spec.unit for c in t.columns]
-    codes = [pd.factorize(cells[c[0]].astype(str), sort=True)[0] for c in [*unit_cols, [spec.question]]]
+        unit_cols = [t.columns[0] for t in spec.terms if len(t.columns) == 1
+                     and t.columns[0] not in (spec.question, spec.unit)]
+    codes = [pd.factorize(cells[c].astype(str), sort=True)[0] for c in [*unit_cols, spec.question]]
     offsets = np.cumsum([0, *(int(c.max()) + 1 for c in codes)])
     n = len(cells)
     X = sp.csr_matrix((np.ones(n * len(codes)), np.stack([c + o for c, o in zip(codes, offsets)], axis=1).ravel(),
@@ -381,7 +385,8 @@ def distribution_errors(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[f
 
     tu, _ = truth(cells, spec)
     gcols = _group_cols(cells)
-    rows = []
+    dcols = [c for c in gcols if c != "model"]
+    rows, tau_rows = [], []
     for b, s in tqdm([(b, s) for b in budgets for s in seeds], disable=not progress, desc="distribution errors"):
         ests = []
         for key, g in (cells.groupby(gcols, sort=True) if gcols else [((), cells)]):
@@ -403,20 +408,16 @@ def distribution_errors(cells: pd.DataFrame, spec: GridSpec, budgets: Sequence[f
             qe = np.abs(np.percentile(est, [5, 95]) - np.percentile(acc, [5, 95]))
             rows.append({**dict(zip([*gcols, "method"], key)), "budget": b, "seed": s,
                          "w1": sps.wasserstein_distance(est / 100, acc / 100), "q05_err": qe[0], "q95_err": qe[1],
-                         "mean_err": abs(est.mean() - acc.mean()), "kendall_tau": np.nan})
+                         "mean_err": abs(est.mean() - acc.mean())})
         if "model" in gcols and u["model"].nunique() > 1:
-            dcols = [c for c in gcols if c != "model"]
             for key, gd in u.groupby([*dcols, "method"], sort=True):
                 key = key if isinstance(key, tuple) else (key,)
-                taus = [sps.kendalltau(gg["estimate"], gg["accuracy"]).statistic
-                        for _, gg in gd.groupby(spec.unit) if gg["accuracy"].nunique() > 1 and gg["estimate"].notna().all()]
-                sel = np.ones(len(rows), bool)
-                for i, r in enumerate(rows):
-                    sel[i] = (r["budget"] == b and r["seed"] == s
-                              and all(r.get(c) == v for c, v in zip([*dcols, "method"], key)))
-                for i in np.flatnonzero(sel):
-                    rows[i]["kendall_tau"] = float(np.nanmean(taus)) if taus else np.nan
-    return pd.DataFrame(rows)
+                tau_rows.append({**dict(zip([*dcols, "method"], key)), "budget": b, "seed": s,
+                                 "kendall_tau": _mean_kendall_tau(gd, spec.unit, "estimate")[0]})
+    out = pd.DataFrame(rows)
+    if not tau_rows:
+        return out.assign(kendall_tau=np.nan)
+    return out.merge(pd.DataFrame(tau_rows), on=[*dcols, "method", "budget", "seed"], how="left")
 
 
 # ================================================================================================ simulation
