@@ -90,3 +90,11 @@ def test_benchmark_vllm_on_a_tiny_grid():
     # prefix-cache counters give the tokens it computed)
     assert re.search(r"GEMM peak \(GFLOP/s, \d+ threads\): " + ", ".join(rf"{d} \d+" for d in dtypes), out), out
     assert all(0 < float(r[-2]) < 100 for r in rows.values()), out
+
+
+def test_benchmark_judge_on_a_tiny_grid():
+    """Study 3 through the engine and through batched generate_sampled: the same stored judgments."""
+    out = script("benchmark_judge.py", "--model", "tiny-vlm", "--n-samples", "1", "--max-new-tokens", "6",
+                 "--perturbations", "text_dominance,response_dominance,image_misalignment")
+    assert "every stored output equal: True" in out, out
+    assert re.search(r"\| scores \| \d+ \|", out) and re.search(r"\| pairwise \| \d+ \|", out), out

@@ -14,7 +14,7 @@ from mmfragile.studies.judgebias.data import make_judge_set
 from mmfragile.studies.judgebias import metrics as jm
 from mmfragile.models.base import MLLM
 from mmfragile.studies.judgebias.perturbations import image_sha256
-from mmfragile.studies.judgebias.prompts import parse_score, score_prompt
+from mmfragile.studies.judgebias.prompts import pairwise_prompt, parse_score, score_prompt
 from mmfragile.store import ResultStore
 from mmfragile.studies import judgebias as jb
 from mmfragile.study import run_study
@@ -251,8 +251,11 @@ def test_pairwise_position_and_verbosity(three, tmp_path):
     assert v.response_a in v.response_b and len(v.response_b) > 2 * len(v.response_a)
     assert jb.make_verbose("X is 3.", 0, "k") == jb.make_verbose("X is 3.", 0, "k")
 
-    outs = iter(["Feedback: both fine.\nFinal Answer: [[A]]", "[[A]]", "I prefer B.", "no idea"] * 2)
-    judge = FakeJudge(lambda p: next(outs), name="pj")
+    # each pair's canned verdict by its prompt (the run orders the judgments by picture, not by experiment)
+    verdicts = ["Feedback: both fine.\nFinal Answer: [[A]]", "[[A]]", "I prefer B.", "no idea"] * 2
+    answers = {_key(pairwise_prompt(u.query, u.response_a, u.response_b, u.images)): v
+               for u, v in zip(pos + verb, verdicts)}
+    judge = FakeJudge(lambda p: answers[_key(p)], name="pj")
     run = judge_run(judge, img, tmp_path, pairwise=True, stages=["pairwise"], runs=1, decoding="greedy",
                     batch_size=3)
     store = run.stores["pairwise"]
@@ -326,3 +329,35 @@ def test_tiny_vlm_real_run(tiny_vlm, tmp_path):
     a = rows.set_index(["question_id", "variant"])["raw_output"].sort_index()
     b = again.set_index(["question_id", "variant"])["raw_output"].sort_index()
     pd.testing.assert_series_equal(a, b)
+
+
+def test_judgments_through_the_engine_equal_batched_generate(tiny_vlm, tmp_path, monkeypatch):
+    """Issue 37 item 3: the judge's sampled judgments run through the prefix-sharing engine - the conditions and
+    runs of one picture share its prefix, the groups decode together - and store the texts batched
+    ``generate_sampled`` stores (float32), score-wise and pairwise; greedy verdicts too."""
+    from mmfragile.engine import PrefixSharingEngine
+
+    calls = []
+    run_groups = PrefixSharingEngine.run_groups
+
+    def counted(self, groups, *args, **kwargs):
+        out = run_groups(self, groups, *args, **kwargs)
+        calls.append((len(groups), sum(len(g[0]) for g in groups), self.stats["joint_batches"]))
+        return out
+
+    monkeypatch.setattr(PrefixSharingEngine, "run_groups", counted)
+    s = make_judge_set(2, 1, tmp_path / "set", n_text=1)
+    params = dict(perturbations=["text_dominance", "response_dominance", "image_misalignment"], runs=2,
+                  max_new_tokens=8, pairwise=True, pairwise_max_new_tokens=6)
+    for decoding in ("sample", "greedy"):
+        engine = judge_run(tiny_vlm, s, tmp_path / f"engine-{decoding}", decoding=decoding, **params)
+        assert calls and max(c[0] for c in calls) > 1 and calls[-1][2] > 0   # several groups, decoded together
+        n_calls = len(calls)
+        batched = judge_run(tiny_vlm, s, tmp_path / f"generate-{decoding}", decoding=decoding, mode="generate",
+                            **params)
+        assert len(calls) == n_calls   # mode="generate": no engine
+        for stage in ("scores", "pairwise"):
+            a = engine.table(stage).set_index(["question_id", "variant"])["raw_output"].sort_index()
+            b = batched.table(stage).set_index(["question_id", "variant"])["raw_output"].sort_index()
+            assert len(a) > 10
+            pd.testing.assert_series_equal(a, b)

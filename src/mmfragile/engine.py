@@ -15,9 +15,12 @@ only the tail differs. :class:`PrefixSharingEngine`
    computed by the model's own ``get_rope_index`` over the full rows),
 4. decodes greedily from there for each variant's ``max_new_tokens`` steps (1 step when all option IDs are one
    token: then the answer *is* the argmax of the next-token logits and the option-ID logits come from the same
-   pass); variants whose option IDs differ in length share one prefix and stop at their own limits.
+   pass); variants whose option IDs differ in length share one prefix and stop at their own limits. With
+   ``seeds`` it samples instead, each variant from its own seeded stream through the logits processor
+   :meth:`HFModel.generate_sampled` uses (:class:`~mmfragile.models.hf.SeededGumbelSampler`: a row's text depends on
+   its seed alone), so the judge's repeated runs share their prefix too.
 
-The result equals :meth:`HFModel.generate` token for token on every family the adapters know (tested per
+The result equals :meth:`HFModel.generate` (sampled: :meth:`HFModel.generate_sampled`) token for token on every family the adapters know (tested per
 architecture in ``tests/test_architectures.py``). Family differences come from
 :mod:`mmfragile.models.adapters`. Where sharing cannot be exact the engine refuses with the reason
 (:class:`EngineInexact`): PaliGemma (bidirectional attention over the whole prompt), checkpoints without a
@@ -29,14 +32,14 @@ import copy
 import inspect
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 import torch
 
 from mmfragile.models.adapters import EngineInexact
 from mmfragile.models.base import Prompt
-from mmfragile.models.hf import HFModel, extend_per_token, left_pad
+from mmfragile.models.hf import HFModel, SeededGumbelSampler, extend_per_token, left_pad
 
 __all__ = ["PrefixSharingEngine", "EngineOutput", "EngineInexact", "engine_supported", "engine_refusal"]
 
@@ -45,7 +48,7 @@ __all__ = ["PrefixSharingEngine", "EngineOutput", "EngineInexact", "engine_suppo
 class EngineOutput:
     text: str                  # greedy continuation, special tokens stripped (as HFModel.generate)
     option_logits: np.ndarray  # first-step logits of each candidate's first token
-    argmax_token: int          # first-step argmax over the whole vocabulary
+    argmax_token: int          # the first generated token (the argmax over the vocabulary; sampled: the draw)
 
 
 def engine_refusal(model) -> str | None:
@@ -93,7 +96,7 @@ class PrefixSharingEngine:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.stats = {"prefix_tokens": 0, "tail_tokens": 0, "groups": 0, "spliced_groups": 0, "verified_groups": 0,
                       "full_render_groups": 0, "tail_batches": 0, "max_tail_batch": 0, "shared_cache_views": 0,
-                      "cache_copies": 0}
+                      "cache_copies": 0, "joint_batches": 0}
 
     # ------------------------------------------------------------------ token rows of a group
     def group_rows(self, prompts: Sequence[Prompt]) -> tuple[list[torch.Tensor], dict, dict[str, list[torch.Tensor]]]:
@@ -177,14 +180,44 @@ class PrefixSharingEngine:
                 raise _SpliceMismatch(f"variant {i}'s spliced {k} differ from its full render")
 
     # ------------------------------------------------------------------
-    def run_group(self, prompts: Sequence[Prompt], candidates: Sequence[Sequence[str]],
-                  max_new_tokens: int | Sequence[int]) -> list[EngineOutput]:
+    def run_group(self, prompts: Sequence[Prompt], candidates: Sequence[Sequence[str]] | None,
+                  max_new_tokens: int | Sequence[int], seeds: Sequence[int] | None = None, temperature: float = 1.0,
+                  top_p: float = 1.0) -> list[EngineOutput]:
         """Variants of ONE question (same images); ``max_new_tokens`` for all or one per variant (each stops where
-        ``generate`` with its own limit would). Returns one output per prompt, in order; raises
-        :class:`EngineInexact` (before any model call) if sharing the prefix would not be exact."""
+        ``generate`` with its own limit would); ``candidates``: each variant's option IDs (None: none scored).
+        ``seeds`` (one per variant): seeded sampling at ``temperature`` / ``top_p`` as
+        :meth:`HFModel.generate_sampled`, instead of greedy decoding. Returns one output per prompt, in order;
+        raises :class:`EngineInexact` (before any model call) if sharing the prefix would not be exact."""
+        return self.run_groups([(prompts, candidates, max_new_tokens, seeds)], temperature, top_p)[0]
+
+    def run_groups(self, groups: Sequence[tuple[Sequence[Prompt], Sequence[Sequence[str]] | None,
+                                                int | Sequence[int], Sequence[int] | None]],
+                   temperature: float = 1.0, top_p: float = 1.0) -> list[list[EngineOutput]]:
+        """Several groups, each ``(prompts, candidates, max_new_tokens, seeds)`` as :meth:`run_group` takes them,
+        one output list per group. Each group's prefix runs once; where the cache holds every token (no sliding
+        window, no cross-attention inputs per step) the tails of all groups then run and decode **together**, each
+        group's prefix cache left-padded to the batch's longest (masked, as batched ``generate`` pads): a
+        multi-token answer costs as many decode steps as one batch, not one per group (the judge's sampled
+        judgments: a few variants per picture). Every group is checked before any output is computed."""
+        plans = [self._plan(*g) for g in groups]
+        if len({plan.seeds is None for plan in plans}) > 1:
+            raise ValueError("run_groups: either every group is sampled (seeds) or none is")
+        if len(plans) == 1:
+            return [self._run_plan(plans[0], temperature, top_p)]
+        for plan in plans:
+            self._run_prefix(plan)
+        if self.m.adapter.tail_keys() or not all(_every_token_kept(plan.cache) for plan in plans):
+            return [self._run_plan(plan, temperature, top_p) for plan in plans]
+        return self._run_joint(plans, temperature, top_p)
+
+    def _plan(self, prompts: Sequence[Prompt], candidates: Sequence[Sequence[str]] | None,
+              max_new_tokens: int | Sequence[int], seeds: Sequence[int] | None) -> "_Plan":
+        """A group's token rows, shared prefix length, tail positions and the prefix's processor outputs; raises
+        where sharing would not be exact."""
         m, ad = self.m, self.m.adapter
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError("run_group: one seed per prompt")
         limits = [int(max_new_tokens)] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
-        steps = max(limits)
         if len({(tuple(map(str, p.images)), p.video) for p in prompts}) > 1:
             raise ValueError("run_group takes variants that share their images")
         rows, prefix, per_row = self.group_rows(prompts)
@@ -197,33 +230,101 @@ class PrefixSharingEngine:
         start = ad.position_ids(m.model, prefix)[..., 0, plen]  # scalar, or [3] for M-RoPE
         row_pos = [start[..., None] + torch.arange(len(r) - plen) for r in rows]
         per_token = {k: v for k, v in per_row.items() if k in ad.tail_keys()}
-        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))  # similar lengths together: less padding
-        bsz = self.tail_batch_size(len(rows), max(len(r) for r in rows) + steps,
-                                   max(len(r) for r in rows) - plen)
-        n_batches = -(-len(order) // bsz)
-        bsz = -(-len(order) // n_batches)  # equal batches: as few forwards, less padding in the last
-        batches = [order[s:s + bsz] for s in range(0, len(order), bsz)]
-        pads = {i: max(len(rows[j]) for j in b) - len(rows[i]) for b in batches for i in b}
-        ad.check_exact(m.model, [len(r) for r in rows], [pads[i] for i in range(len(rows))], steps)
-        self.stats["groups"] += 1
-        self.stats["prefix_tokens"] += plen
-
         prefix = dict(prefix)
         for k, v in list(prefix.items()):
             if k in ("input_ids", "attention_mask") or k in ad.per_token or k in ad.tail_keys():
                 prefix[k] = v[:, :plen]
+        return _Plan(rows, plen, row_pos, per_token, prefix,
+                     [[]] * len(prompts) if candidates is None else list(candidates), limits,
+                     None if seeds is None else [int(x) for x in seeds])
+
+    def _run_prefix(self, plan: "_Plan") -> None:
+        self.stats["groups"] += 1
+        self.stats["prefix_tokens"] += plan.plen
         with torch.inference_mode():
-            out = m.model(**m.to_device(prefix), use_cache=True, logits_to_keep=1)
-        prefix_cache = _cache_of(out)
-        del prefix, out  # pixel values and the prefix's logits: only its KV cache is needed from here on
+            out = self.m.model(**self.m.to_device(plan.prefix), use_cache=True, logits_to_keep=1)
+        plan.cache = _cache_of(out)
+        plan.prefix = {}   # pixel values and the prefix's logits: only its KV cache is needed from here on
+
+    def _batches(self, lengths: list[int], row_len: int, tail_len: int, copies: int | None = None) -> list[list[int]]:
+        """Indices in tail batches: similar lengths together (less padding), equal sizes (as few forwards, less
+        padding in the last)."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        bsz = self.tail_batch_size(len(order), row_len, tail_len, copies)
+        n_batches = -(-len(order) // bsz)
+        bsz = -(-len(order) // n_batches)
+        return [order[s:s + bsz] for s in range(0, len(order), bsz)]
+
+    def _sampler(self, plan_seeds: list[int] | None, temperature: float, top_p: float) -> SeededGumbelSampler | None:
+        return None if plan_seeds is None else SeededGumbelSampler(plan_seeds, temperature, top_p)
+
+    def _run_plan(self, plan: "_Plan", temperature: float, top_p: float) -> list[EngineOutput]:
+        """One group: its prefix cache shared (views where allowed) by batches of its tails."""
+        rows, plen, steps = plan.rows, plan.plen, max(plan.limits)
+        batches = self._batches([len(r) for r in rows], max(len(r) for r in rows) + steps,
+                                max(len(r) for r in rows) - plen)
+        pads = {i: max(len(rows[j]) for j in b) - len(rows[i]) for b in batches for i in b}
+        self.m.adapter.check_exact(self.m.model, [len(r) for r in rows], [pads[i] for i in range(len(rows))], steps)
+        if plan.cache is None:
+            self._run_prefix(plan)
         results: list[EngineOutput | None] = [None] * len(rows)
         for idx in batches:
-            tails = self._decode_tails([rows[i][plen:] for i in idx], plen, [row_pos[i] for i in idx],
-                                       {k: [v[i][plen:] for i in idx] for k, v in per_token.items()}, prefix_cache,
-                                       [candidates[i] for i in idx], [limits[i] for i in idx])
+            tails = self._decode_tails(
+                [rows[i][plen:] for i in idx], torch.ones((len(idx), plen), dtype=torch.long),
+                [plan.row_pos[i] for i in idx], {k: [v[i][plen:] for i in idx] for k, v in plan.per_token.items()},
+                self._share(plan.cache, len(idx)), [plan.candidates[i] for i in idx], [plan.limits[i] for i in idx],
+                self._sampler(None if plan.seeds is None else [plan.seeds[i] for i in idx], temperature, top_p))
             for i, o in zip(idx, tails):
                 results[i] = o
         return results  # type: ignore[return-value]
+
+    def _run_joint(self, plans: list["_Plan"], temperature: float, top_p: float) -> list[list[EngineOutput]]:
+        """The tails of several groups in common batches: each row after its own group's prefix cache, left-padded
+        to the batch's longest prefix (the pads masked out)."""
+        entries = [(g, i) for g, plan in enumerate(plans) for i in range(len(plan.rows))]
+        tail = [len(plans[g].rows[i]) - plans[g].plen for g, i in entries]
+        longest_prefix, steps = max(p.plen for p in plans), max(max(p.limits) for p in plans)
+        batches = self._batches(tail, longest_prefix + max(tail) + steps, max(tail), copies=2)
+        sampled = plans[0].seeds is not None
+        results: list[list[EngineOutput | None]] = [[None] * len(p.rows) for p in plans]
+        for idx in batches:
+            self.stats["joint_batches"] += 1
+            rows = [entries[k] for k in idx]
+            width = max(plans[g].plen for g, _ in rows)
+            tail_width = max(tail[k] for k in idx)
+            self.m.adapter.check_exact(self.m.model, [width + tail_width] * len(rows),
+                                       [width - plans[g].plen + tail_width - tail[k] for (g, _), k in zip(rows, idx)],
+                                       steps)
+            prefix_mask = torch.stack([torch.cat([torch.zeros(width - plans[g].plen, dtype=torch.long),
+                                                  torch.ones(plans[g].plen, dtype=torch.long)]) for g, _ in rows])
+            seeds = [cast(list, plans[g].seeds)[i] for g, i in rows] if sampled else None
+            outs = self._decode_tails(
+                [plans[g].rows[i][plans[g].plen:] for g, i in rows], prefix_mask, [plans[g].row_pos[i] for g, i in rows],
+                {}, self._padded_cache([plans[g] for g, _ in rows], width), [plans[g].candidates[i] for g, i in rows],
+                [plans[g].limits[i] for g, i in rows], self._sampler(seeds, temperature, top_p))
+            for (g, i), o in zip(rows, outs):
+                results[g][i] = o
+        return results  # type: ignore[return-value]
+
+    def _padded_cache(self, row_plans: list["_Plan"], width: int):
+        """One cache for a batch of rows from several groups: row r holds its group's prefix keys and values,
+        left-padded with zeros to ``width`` positions (masked by the caller)."""
+        padded: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        for plan in row_plans:
+            if id(plan) not in padded:
+                pad = (0, 0, width - plan.plen, 0)
+                padded[id(plan)] = [(torch.nn.functional.pad(layer.keys, pad), torch.nn.functional.pad(layer.values, pad))
+                                    for layer in plan.cache.layers]
+        first = row_plans[0].cache
+        merged = copy.copy(first)
+        merged.layers = []
+        for n, layer in enumerate(first.layers):
+            new = copy.copy(layer)
+            new.keys = torch.cat([padded[id(p)][n][0] for p in row_plans])
+            new.values = torch.cat([padded[id(p)][n][1] for p in row_plans])
+            merged.layers.append(new)
+        self.stats["cache_copies"] += 1
+        return merged
 
     def _first_token_id(self, text: str) -> int:
         """:meth:`HFModel.first_token_id`, remembered: a group asks for the same few option IDs hundreds of times."""
@@ -232,11 +333,13 @@ class PrefixSharingEngine:
         return self._first_ids[text]
 
     # ------------------------------------------------------------------ memory
-    def tail_batch_size(self, n_rows: int, row_len: int, tail_len: int) -> int:
+    def tail_batch_size(self, n_rows: int, row_len: int, tail_len: int, copies: int | None = None) -> int:
         """Tails per forward: ``batch_size`` (or ``max_batch``), lowered to what fits in the memory budget (see the
-        class) by an estimate of one row's cost (:func:`_row_bytes`)."""
+        class) by an estimate of one row's cost (:func:`_row_bytes`; ``copies``: of the prefix per row, 1 for
+        views - the default where the engine shares them - 2 for a copy)."""
         cap = min(self.batch_size or self.max_batch, n_rows)
-        per_row = _row_bytes(self.m.model, row_len, tail_len, copies=1 if self.share_cache else 2)
+        copies = copies if copies is not None else 1 if self.share_cache else 2
+        per_row = _row_bytes(self.m.model, row_len, tail_len, copies=copies)
         return max(1, min(cap, int(self.tail_budget() // max(per_row, 1))))
 
     def tail_budget(self) -> int:
@@ -269,8 +372,16 @@ class PrefixSharingEngine:
         return cache
 
     @torch.inference_mode()
-    def _decode_tails(self, tails, plen, tail_pos, tail_extra, prefix_cache, candidates, limits) -> list[EngineOutput]:
+    def _decode_tails(self, tails, prefix_mask, tail_pos, tail_extra, cache, candidates, limits,
+                      sampler: SeededGumbelSampler | None = None) -> list[EngineOutput]:
+        """One batch of tails after their prefix ``cache`` (one row per tail; ``prefix_mask`` [b, width]: its real
+        positions), decoded to each row's limit: greedy, or through ``sampler`` (each row's own seeded stream, one
+        draw per step as in ``generate``)."""
         m, ad, dev = self.m, self.m.adapter, self.m.device
+
+        def pick(scores: torch.Tensor) -> torch.Tensor:
+            return (scores if sampler is None else sampler(None, scores)).argmax(-1).cpu()
+
         b = len(tails)
         self.stats["tail_tokens"] += sum(len(t) for t in tails)
         self.stats["tail_batches"] += 1
@@ -282,17 +393,17 @@ class PrefixSharingEngine:
         if pos.dim() == 3:
             pos = pos.movedim(1, 0)
         extra = {k: left_pad(v, 0) for k, v in tail_extra.items()}
-        mask = torch.cat([torch.ones((b, plen), dtype=torch.long), tmask], 1)
-        cache = self._share(prefix_cache, b)
+        mask = torch.cat([prefix_mask, tmask], 1)
         out = m.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
                       use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}, **m.to_device(extra))
         del cache
         logits = out.logits[:, -1, :].float()
-        first = logits.argmax(-1).cpu()
+        first = pick(logits)
         # every row's option-ID logits in one gather (one device-to-host copy, not one per row)
         cols = [[self._first_token_id(c) for c in cands] for cands in candidates]
-        rows_idx = torch.tensor([i for i, c in enumerate(cols) for _ in c], device=logits.device)
-        picked = logits[rows_idx, torch.tensor([t for c in cols for t in c], device=logits.device)].cpu().numpy()
+        rows_idx = torch.tensor([i for i, c in enumerate(cols) for _ in c], dtype=torch.long, device=logits.device)
+        col_idx = torch.tensor([t for c in cols for t in c], dtype=torch.long, device=logits.device)
+        picked = logits[rows_idx, col_idx].cpu().numpy()
         opt_logits = np.split(picked, np.cumsum([len(c) for c in cols])[:-1])
         del logits
         generated = [[int(t)] for t in first]
@@ -307,7 +418,7 @@ class PrefixSharingEngine:
             out = m.model(input_ids=next_tok[:, None].to(dev), attention_mask=mask.to(dev),
                           position_ids=next_pos[..., None].to(dev), use_cache=True,
                           **{self._cache_kw: _cache_of(out)}, **m.to_device(step_extra))
-            next_tok = out.logits[:, -1, :].float().argmax(-1).cpu()
+            next_tok = pick(out.logits[:, -1, :].float())
             next_pos = next_pos + 1
             for i in range(b):
                 if not done[i]:
@@ -326,16 +437,44 @@ HOST_TAIL_BUDGET = 512 * 2**20
 FULL_RENDER_CHUNK = 8
 
 
+@dataclass
+class _Plan:
+    """A group ready to run: token rows, shared prefix length, tail positions (and per-token inputs), the prefix's
+    processor outputs - then, once run, its KV cache - and each row's option IDs, limit and seed."""
+
+    rows: list[torch.Tensor]
+    plen: int
+    row_pos: list[torch.Tensor]
+    per_token: dict[str, list[torch.Tensor]]
+    prefix: dict
+    candidates: list
+    limits: list[int]
+    seeds: list[int] | None
+    cache: object = None
+
+
+def _every_token_kept(cache) -> bool:
+    """Whether every layer of ``cache`` keeps every token's keys and values in plain tensors (DynamicLayer): then
+    caches of different groups can be left-padded into one batch."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+    except ImportError:
+        return False
+    layers = getattr(cache, "layers", None)
+    return (isinstance(cache, DynamicCache) and bool(layers) and not getattr(cache, "offloading", False)
+            and all(type(layer) is DynamicLayer for layer in layers))
+
+
 class _SpliceMismatch(Exception):
     """The spliced token ids of a group would not equal a full render; the message says where they differ."""
 
 
 def media_token_ids(config) -> set[int]:
-    """The ids of a checkpoint's image and video placeholder tokens (configs name them ``*_token_id`` or
-    ``*_token_index``, Gemma-3 both)."""
-    return {int(t) for t in (getattr(config, k, None) for k in ("image_token_id", "image_token_index",
-                                                                 "video_token_id", "video_token_index"))
-            if t is not None}
+    """The ids of a checkpoint's image, video and audio placeholder tokens (configs name them ``*_token_id`` or
+    ``*_token_index``, Gemma-3 both; Phi-4-multimodal in its vision and audio sub-configs)."""
+    configs = [config, *(getattr(config, sub, None) for sub in ("vision_config", "audio_config"))]
+    keys = ("image_token_id", "image_token_index", "video_token_id", "video_token_index", "audio_token_id")
+    return {int(t) for c in configs if c is not None for t in (getattr(c, k, None) for k in keys) if t is not None}
 
 
 def _cache_of(out):

@@ -11,8 +11,8 @@ identify it (``dataset``, ``question_id``, ``variant``) and describe it (format 
 * ``"loglikelihood"`` - the log-probability of ``continuation`` after the prompt (CP-LN).
 
 :func:`run_items` is the only loop that declares, resumes, batches, flushes and reports progress: it skips items
-already in the store, declares the keys of its shard in the store's manifest, runs the rest - ``generate`` through
-the prefix-sharing engine where the backend allows it (whole question groups), else batched - scores each output
+already in the store, declares the keys of its shard in the store's manifest, runs the rest - ``generate`` and ``sample``
+through the prefix-sharing engine where the backend allows it (whole question groups), else batched - scores each output
 with the study's ``score_fn`` and appends rows as it goes, so a killed run resumes where it stopped without losing
 or duplicating a row. Studies build items (:mod:`mmfragile.studies`); :mod:`mmfragile.study` runs them by stage,
 shard, Ray task or budget.
@@ -74,9 +74,10 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     """Evaluate the items not yet in ``store``, each output scored into columns by the study's ``score_fn``, and
     return the store's full table.
 
-    ``mode`` (``generate`` requests): ``"engine"`` (prefix-sharing engine; refuses with the reason where it
-    cannot be exact), ``"generate"`` (one batched ``generate`` per batch - the naive path), or ``"auto"`` (the
-    engine where it is exact; a backend with fused answers and option scores - vLLM: one request per prompt, at
+    ``mode`` (``generate`` and ``sample`` requests): ``"engine"`` (prefix-sharing engine; refuses with the reason
+    where it cannot be exact), ``"generate"`` (one batched ``generate`` / ``generate_sampled`` per batch - the
+    naive path), or ``"auto"`` (the engine where it is exact - for free-text requests, sampled or greedy, the
+    consecutive items of a group with the same images and decoding, where there are two or more; a backend with fused answers and option scores - vLLM: one request per prompt, at
     least ``model.batch_size`` prompts per call - uses that; elsewhere - a family the engine refuses, or a question
     group whose variants it cannot share - batched ``generate`` plus ``option_logits``, with a warning naming the
     reason). ``shard`` (``"i/n"`` or a :class:`~mmfragile.shards.Shard`): evaluate only the items of that shard's
@@ -103,14 +104,15 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
             store.pin_run_info("image_policy", model.image_policy, entry=model.name)
     todo = [it for it, p in zip(items, store.pending(keys)) if p]
     call = _Caller(model, mode, batch_size, any(it.request == "generate" and it.option_ids for it in todo),
+                   any(it.request == "sample" or (it.request == "generate" and not it.option_ids) for it in todo),
                    engine_batch, generate_logits)
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=desc or model.name, disable=not progress,
                unit=unit, smoothing=0.05)
     buffer: list[dict[str, Any]] = []
     written = 0
     try:
-        for chunk in call.chunks(todo):
-            for it, out in zip(chunk, call(chunk)):
+        for chunk, through_engine in call.chunks(todo):
+            for it, out in zip(chunk, call(chunk, through_engine)):
                 buffer.append({"model": model.name, **it.key, **out.columns, **score_fn(out.value, it), **out.tail})
             bar.update(len(chunk))
             if len(buffer) >= flush_every:
@@ -137,57 +139,85 @@ class _Output:
 class _Caller:
     """How one run sends its requests to the model: chunking and the backend call per request kind."""
 
-    def __init__(self, model: MLLM, mode: str, batch_size: int, generates: bool, engine_batch: int | None = None,
-                 generate_logits: bool = False):
-        """``generates``: the run has option-scored generate requests (the engine's work); ``engine_batch``: the
-        engine's tails per forward (None: what fits in memory); ``generate_logits``: batched generate stores the
-        option logits in every mode."""
+    def __init__(self, model: MLLM, mode: str, batch_size: int, scored: bool, decoded: bool = False,
+                 engine_batch: int | None = None, generate_logits: bool = False):
+        """``scored``: the run has option-scored generate requests (the engine's work wherever it is exact);
+        ``decoded``: it has free-text ones (sampled, or greedy without option IDs), which the engine takes where the
+        backend is an HF model it drives; ``engine_batch``: the engine's tails per forward (None: what fits in
+        memory); ``generate_logits``: batched generate stores the option logits in every mode."""
         self.model, self.mode = model, mode
         self.fused = mode == "auto" and model.fused_option_logits
         self.batch_size = max(batch_size, model.batch_size) if self.fused else batch_size
-        refusal = engine_refusal(model) if generates and mode != "generate" and not self.fused else None
+        wants = mode != "generate" and not self.fused and (scored or (decoded and model.prefix_engine))
+        refusal = engine_refusal(model) if wants else None
         if refusal is not None and mode == "engine":
             raise EngineInexact(f"{model.name}: {refusal}")
         # where the engine is refused in auto mode, a model with exact option logits still stores them
         self.stand_in_logits = (mode == "auto" or generate_logits) and model.exact_option_logits
-        if refusal is not None and self.stand_in_logits:  # say so, once
+        if refusal is not None and (self.stand_in_logits or model.prefix_engine):  # say so, once
             warnings.warn(f"{model.name}: prefix-sharing engine not used ({refusal}); running batched generate",
                           stacklevel=3)
         # the engine sizes its tail batches from free memory; batch_size is batched generate's
         # (no refusal: the backend declares ``prefix_engine``, an HF model the engine drives)
         self.engine = (PrefixSharingEngine(cast("HFModel", model), batch_size=engine_batch)
-                       if generates and mode != "generate" and refusal is None and not self.fused else None)
+                       if wants and refusal is None else None)
 
-    def chunks(self, items: Sequence[EvalItem]) -> Iterable[list[EvalItem]]:
-        """Engine: all generate items of a group together - one shared prefix, each item decoded to its own
-        ``max_new_tokens`` (the engine batches internally); otherwise plain batches of one request kind and one
-        decoding setting, so every item gets its own protocol."""
-        def setting(it: EvalItem) -> tuple[Any, ...]:
-            if it.request == "generate" and it.option_ids and self.engine is not None:
-                return (it.request, None, None, None, (it.group, it.batch_with))
+    def chunks(self, items: Sequence[EvalItem]) -> Iterable[tuple[list[EvalItem], bool]]:
+        """``(chunk, through the engine)``. Engine: the consecutive generate / sample items of a group with the same
+        images and decoding together - one shared prefix, each item decoded to its own ``max_new_tokens`` (the
+        engine batches internally); a free-text group of one item shares nothing and joins the plain batches.
+        Otherwise plain batches of one request kind and one decoding setting, so every item gets its own protocol."""
+        def plain(it: EvalItem) -> tuple[Any, ...]:
             return (it.request, it.max_new_tokens, it.temperature, it.top_p, it.batch_with)
 
-        for (request, *_, group), same in groupby(items, key=setting):
-            grp = list(same)
-            if isinstance(group, tuple):   # one engine group: its prefix shared
-                yield grp
-                continue
-            for s in range(0, len(grp), self.batch_size):
-                yield grp[s:s + self.batch_size]
+        def decoding(it: EvalItem) -> tuple[Any, ...]:
+            return (it.request, it.temperature, it.top_p, it.batch_with)
 
-    def __call__(self, chunk: list[EvalItem]) -> list[_Output]:
+        def engine_group(it: EvalItem) -> tuple[Any, ...] | None:
+            if self.engine is None or it.request not in ("generate", "sample"):
+                return None
+            images = (tuple(map(str, it.prompt.images)), it.prompt.video)
+            return (bool(it.option_ids), it.request, it.temperature, it.top_p, it.group, it.batch_with, images)
+
+        waiting: list[EvalItem] = []
+        joint: list[EvalItem] = []   # free-text groups the engine decodes together (same decoding)
+
+        def flush() -> list[tuple[list[EvalItem], bool]]:
+            out = [(list(joint), True)] if joint else []
+            out += [(grp[s:s + self.batch_size], False) for _, same in groupby(waiting, key=plain)
+                    for grp in [list(same)] for s in range(0, len(grp), self.batch_size)]
+            waiting.clear()
+            joint.clear()
+            return out
+
+        for key, same in groupby(items, key=engine_group):
+            grp = list(same)
+            if key is not None and key[0]:   # option-scored: one group per chunk, whatever its size
+                yield from flush()
+                yield grp, True
+            elif key is not None and len(grp) > 1:
+                if joint and (decoding(joint[0]) != decoding(grp[0]) or len(joint) + len(grp) > JOINT_ROWS):
+                    yield from flush()
+                joint.extend(grp)
+            else:   # a free-text group of one item shares nothing: it joins the plain batches
+                waiting.extend(grp)
+        yield from flush()
+
+    def __call__(self, chunk: list[EvalItem], through_engine: bool = False) -> list[_Output]:
         m, prompts, request = self.model, [it.prompt for it in chunk], chunk[0].request
         new_tokens = max(it.max_new_tokens for it in chunk)
         if request == "loglikelihood":
             lls = m.loglikelihood(prompts, [it.continuation for it in chunk])
             return [_Output(ll, {"logprob": float(ll.logprob), "n_tokens": int(ll.n_tokens)}) for ll in lls]
+        with_options = any(it.option_ids for it in chunk)
+        if request == "sample" and not m.can_sample:
+            raise TypeError(f"{m.name!r} cannot sample with a seed (no generate_sampled); use greedy decoding")
+        if through_engine and not with_options:
+            return [_Output(raw, {"raw_output": raw}) for raw in self._engine_texts(chunk)]
         if request == "sample":
-            if not m.can_sample:
-                raise TypeError(f"{m.name!r} cannot sample with a seed (no generate_sampled); use greedy decoding")
             raws = m.generate_sampled(prompts, new_tokens, [cast(int, it.seed) for it in chunk], chunk[0].temperature,
                                       chunk[0].top_p)
             return [_Output(raw, {"raw_output": raw}) for raw in raws]
-        with_options = any(it.option_ids for it in chunk)
         if not with_options:
             return [_Output(raw, {"raw_output": raw}) for raw in m.generate(prompts, max_new_tokens=new_tokens)]
         option_ids = [it.option_ids for it in chunk]
@@ -197,27 +227,58 @@ class _Caller:
             raws, logits = self._naive(chunk, self.stand_in_logits)
         else:
             try:
-                outs = self.engine.run_group(prompts, option_ids, [it.max_new_tokens for it in chunk])
+                outs = self._engine(chunk).run_group(prompts, option_ids, [it.max_new_tokens for it in chunk])
                 raws, logits = [o.text for o in outs], [o.option_logits for o in outs]
             except EngineInexact as e:
-                if self.mode == "engine":
-                    raise
-                warnings.warn(f"{m.name}, {chunk[0].group}: {e}; this group runs through batched generate",
-                              stacklevel=3)
+                self._falls_back(chunk, e)
                 raws, logits = self._naive(chunk, True)
         return [_Output(raw, {"raw_output": raw, "option_ids": list(it.option_ids), "answer_id": it.answer_id},
                         {"option_logits": None if lg is None else [float(x) for x in lg]})
                 for it, raw, lg in zip(chunk, raws, logits)]
+
+    def _engine(self, chunk: list[EvalItem]) -> PrefixSharingEngine:
+        assert self.engine is not None, f"{chunk[0].group}: an engine chunk without an engine"
+        return self.engine
+
+    def _falls_back(self, chunk: list[EvalItem], e: EngineInexact) -> None:
+        """An engine group that cannot be shared exactly: in ``engine`` mode the refusal stands, in ``auto`` the
+        group runs batched, with a warning naming the reason."""
+        if self.mode == "engine":
+            raise e
+        warnings.warn(f"{self.model.name}, {chunk[0].group}: {e}; this group runs through batched generate",
+                      stacklevel=4)
+
+    def _engine_texts(self, chunk: list[EvalItem]) -> list[str]:
+        """A free-text group through the engine: greedy, or each item sampled from its own seed (the same texts as
+        ``generate`` / ``generate_sampled``: tested per family); batched where the engine cannot share exactly."""
+        prompts, first = [it.prompt for it in chunk], chunk[0]
+        sampled = first.request == "sample"
+        groups = [list(same) for _, same in groupby(chunk, key=lambda it: (it.group, tuple(map(str, it.prompt.images)),
+                                                                          it.prompt.video))]
+        try:
+            shared = self._engine(chunk).run_groups(
+                [([it.prompt for it in g], None, [it.max_new_tokens for it in g],
+                  [cast(int, it.seed) for it in g] if sampled else None) for g in groups],
+                temperature=first.temperature, top_p=first.top_p)
+            return [o.text for group in shared for o in group]
+        except EngineInexact as e:
+            self._falls_back(chunk, e)
+        texts: list[str] = [""] * len(chunk)
+        for new_tokens, idx in _by_length(chunk).items():
+            ps = [prompts[i] for i in idx]
+            outs = (self.model.generate_sampled(ps, new_tokens, [cast(int, chunk[i].seed) for i in idx],
+                                                first.temperature, first.top_p)
+                    if sampled else self.model.generate(ps, max_new_tokens=new_tokens))
+            for i, raw in zip(idx, outs):
+                texts[i] = raw
+        return texts
 
     def _naive(self, chunk: list[EvalItem], with_logits: bool) -> tuple[list[Any], list[Any]]:
         """Batched generate (+ option logits), each item to its own ``max_new_tokens`` (an engine group that falls
         back holds several)."""
         raws: list[Any] = [None] * len(chunk)
         logits: list[Any] = [None] * len(chunk)
-        by_length: dict[int, list[int]] = {}
-        for i, it in enumerate(chunk):
-            by_length.setdefault(it.max_new_tokens, []).append(i)
-        for new_tokens, idx in by_length.items():
+        for new_tokens, idx in _by_length(chunk).items():
             prompts = [chunk[i].prompt for i in idx]
             outs = self.model.generate(prompts, max_new_tokens=new_tokens)
             lgs = (self.model.option_logits(prompts, [chunk[i].option_ids for i in idx]) if with_logits
@@ -225,3 +286,16 @@ class _Caller:
             for i, raw, lg in zip(idx, outs, lgs):
                 raws[i], logits[i] = raw, lg
         return raws, logits
+
+
+#: most free-text items (of consecutive groups with one decoding setting) the engine decodes together: a multi-token
+#: answer then costs the decode steps of one batch, not of one per group; also the rows one store flush may lose
+JOINT_ROWS = 64
+
+
+def _by_length(chunk: list[EvalItem]) -> dict[int, list[int]]:
+    """The chunk's indices by ``max_new_tokens`` (one batched call per limit)."""
+    out: dict[int, list[int]] = {}
+    for i, it in enumerate(chunk):
+        out.setdefault(it.max_new_tokens, []).append(i)
+    return out

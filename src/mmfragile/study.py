@@ -98,6 +98,13 @@ class Param:
         return list(value) if self.type is csv_list else value
 
 
+#: how a study's generate and sample requests run (:func:`mmfragile.runner.run_items`' ``mode``; no store config:
+#: every mode stores the same outputs)
+MODE = Param(name="mode", default="auto",
+             help="auto: the prefix-sharing engine where exact; engine: refuse otherwise; generate: batched generate",
+             type=str, choices=("auto", "engine", "generate"))
+
+
 def csv_list(text: str) -> list[str]:
     """A CLI list: ``"a,b,c"`` -> ``["a", "b", "c"]``."""
     return [p.strip() for p in str(text).split(",") if p.strip()]

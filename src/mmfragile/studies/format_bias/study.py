@@ -16,7 +16,7 @@ from mmfragile.models.base import MLLM
 from mmfragile.runner import EvalItem
 from mmfragile.errors import DataError
 from mmfragile.schema import MCQuestion, skip_or_raise
-from mmfragile.study import Param, RunContext, Stage, Study, csv_list, question_records, register
+from mmfragile.study import MODE, Param, RunContext, Stage, Study, csv_list, question_records, register
 from mmfragile.studies.format_bias import budget, report
 from mmfragile.studies.format_bias.items import (STANDARD_FORMAT_COLUMN, STUDY_NAME, format_bias_items, run_config,
                                                  run_info, standard_formats_for, video_settings)
@@ -30,9 +30,7 @@ PARAMS = (
     Param(name="standard_format", default=None,
           help="format of the 'standard' variant where Table 5 has none (e.g. uppercase-dot-line_break), 'none' to "
                "leave that variant out (default: the dataset's Table 5 format)", type=str),
-    Param(name="mode", default="auto",
-          help="auto: the prefix-sharing engine where exact; engine: refuse otherwise; generate: batched generate",
-          type=str, choices=("auto", "engine", "generate")),
+    MODE,
     Param(name="batch_size", default=32, help="prompts per batch (the engine sizes its own tail batches)", type=int),
     Param(name="flush_every", default=256, help="rows per Parquet part (smaller: less lost on a kill)", type=int),
     Param(name="n_frames", default=None, help="frames per video question (video datasets)", type=int),

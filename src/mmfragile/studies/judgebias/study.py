@@ -18,7 +18,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mmfragile.errors import UsageError
 from mmfragile.models.base import MLLM, Prompt
@@ -26,7 +26,7 @@ from mmfragile.models.spec import ModelSpec
 from mmfragile.runner import EvalItem
 from mmfragile.shards import question_group
 from mmfragile.store import ResultStore
-from mmfragile.study import Param, RunContext, Stage, Study, csv_list, register
+from mmfragile.study import MODE, Param, RunContext, Stage, Study, csv_list, register
 from mmfragile.studies.judgebias.analysis import bias_table, parse_failure_table
 from mmfragile.studies.judgebias.items import (DATASET, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P,
                                                EXPERIMENTS, PairItem, build_judge_conditions,
@@ -66,7 +66,8 @@ PARAMS = (
     Param(name="self_reference", default=True,
           help="with self-enhancement: also score the dataset's correct responses", type=bool),
     Param(name="generator_max_new_tokens", default=48, help="budget of the generators' responses", type=int),
-    Param(name="batch_size", default=16, help="prompts per batch", type=int),
+    MODE,
+    Param(name="batch_size", default=16, help="prompts per batch (the engine sizes its own tail batches)", type=int),
     Param(name="flush_every", default=32, help="rows per Parquet part", type=int),
     Param(name="skip_bad_rows", default=False,
           help="release data: leave bad records out (listed in the stores' config.json)", type=bool),
@@ -177,9 +178,19 @@ def score_items(judge: MLLM, units: Sequence[tuple[str, JudgeSample]], params: d
                 items.append(EvalItem(key, prompt, max_new_tokens=int(params["max_new_tokens"]),
                                       group=group_of((cond, s)),
                                       **dec["item"]))
-    # similar lengths together: less padding per batch (sampled outputs do not depend on the batching)
-    items.sort(key=lambda it: (it.key["n_images"], len(it.key["query"]) + len(it.key["response"])))
-    return items
+    return engine_order(items, lambda it: len(it.key["query"]) + len(it.key["response"]))
+
+
+def engine_order(items: list[EvalItem], length: Callable[[EvalItem], int]) -> list[EvalItem]:
+    """The judgments of one sample and one picture next to each other - one prefix-sharing engine group (its
+    image and query computed once for every condition and run) - similar lengths together within it (less
+    padding where they run batched; sampled outputs do not depend on the batching)."""
+    pictures: dict[tuple[tuple[str, ...], bool], int] = {}
+
+    def picture(it: EvalItem) -> int:   # numbered as first met: a deterministic order
+        return pictures.setdefault((tuple(map(str, it.prompt.images)), it.prompt.video), len(pictures))
+
+    return sorted(items, key=lambda it: (it.group, picture(it), length(it)))
 
 
 def score_judgment(raw: str, item: EvalItem) -> dict[str, Any]:
@@ -210,7 +221,7 @@ def pair_items(judge: MLLM, units: Sequence[PairItem], params: dict, skipped: li
                    "response_a": it.response_a, "response_b": it.response_b, **dec["columns"],
                    "max_new_tokens": int(params["pairwise_max_new_tokens"])}
             items.append(EvalItem(key, prompt, max_new_tokens=int(params["pairwise_max_new_tokens"]), **dec["item"]))
-    return items
+    return engine_order(items, lambda it: len(it.key["response_a"]) + len(it.key["response_b"]))
 
 
 def pair_units(ctx: RunContext) -> list[PairItem]:
@@ -271,7 +282,7 @@ def _selfgen_items(judge: MLLM, units, params: dict, skipped: list | None = None
 
 
 #: the parameters every stage's run loop takes
-_BATCH = ("batch_size", "flush_every")
+_BATCH = ("mode", "batch_size", "flush_every")
 
 
 def _summarize(stores: dict[str, ResultStore]) -> dict:
