@@ -20,8 +20,8 @@ only the tail differs. :class:`PrefixSharingEngine`
    :meth:`HFModel.generate_sampled` uses (:class:`~mmfragile.models.hf.SeededGumbelSampler`: a row's text depends on
    its seed alone), so the judge's repeated runs share their prefix too.
 
-The result equals :meth:`HFModel.generate` (sampled: :meth:`HFModel.generate_sampled`) token for token on every family the adapters know (tested per
-architecture in ``tests/test_architectures.py``). Family differences come from
+The result equals :meth:`HFModel.generate` (sampled: :meth:`HFModel.generate_sampled`) token for token on every
+family the adapters know (tested per architecture in ``tests/test_architectures.py``). Family differences come from
 :mod:`mmfragile.models.adapters`. Where sharing cannot be exact the engine refuses with the reason
 (:class:`EngineInexact`): PaliGemma (bidirectional attention over the whole prompt), checkpoints without a
 verified adapter, variants whose images fall in the differing tail, rows longer than a sliding window.
@@ -36,6 +36,7 @@ from typing import Sequence, cast
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from mmfragile.models.adapters import EngineInexact
 from mmfragile.models.base import Prompt
@@ -255,9 +256,6 @@ class PrefixSharingEngine:
         bsz = -(-len(order) // n_batches)
         return [order[s:s + bsz] for s in range(0, len(order), bsz)]
 
-    def _sampler(self, plan_seeds: list[int] | None, temperature: float, top_p: float) -> SeededGumbelSampler | None:
-        return None if plan_seeds is None else SeededGumbelSampler(plan_seeds, temperature, top_p)
-
     def _run_plan(self, plan: "_Plan", temperature: float, top_p: float) -> list[EngineOutput]:
         """One group: its prefix cache shared (views where allowed) by batches of its tails."""
         rows, plen, steps = plan.rows, plan.plen, max(plan.limits)
@@ -273,7 +271,7 @@ class PrefixSharingEngine:
                 [rows[i][plen:] for i in idx], torch.ones((len(idx), plen), dtype=torch.long),
                 [plan.row_pos[i] for i in idx], {k: [v[i][plen:] for i in idx] for k, v in plan.per_token.items()},
                 self._share(plan.cache, len(idx)), [plan.candidates[i] for i in idx], [plan.limits[i] for i in idx],
-                self._sampler(None if plan.seeds is None else [plan.seeds[i] for i in idx], temperature, top_p))
+                _sampler(None if plan.seeds is None else [plan.seeds[i] for i in idx], temperature, top_p))
             for i, o in zip(idx, tails):
                 results[i] = o
         return results  # type: ignore[return-value]
@@ -299,9 +297,10 @@ class PrefixSharingEngine:
                                                   torch.ones(plans[g].plen, dtype=torch.long)]) for g, _ in rows])
             seeds = [cast(list, plans[g].seeds)[i] for g, i in rows] if sampled else None
             outs = self._decode_tails(
-                [plans[g].rows[i][plans[g].plen:] for g, i in rows], prefix_mask, [plans[g].row_pos[i] for g, i in rows],
+                [plans[g].rows[i][plans[g].plen:] for g, i in rows], prefix_mask,
+                [plans[g].row_pos[i] for g, i in rows],
                 {}, self._padded_cache([plans[g] for g, _ in rows], width), [plans[g].candidates[i] for g, i in rows],
-                [plans[g].limits[i] for g, i in rows], self._sampler(seeds, temperature, top_p))
+                [plans[g].limits[i] for g, i in rows], _sampler(seeds, temperature, top_p))
             for (g, i), o in zip(rows, outs):
                 results[g][i] = o
         return results  # type: ignore[return-value]
@@ -313,8 +312,7 @@ class PrefixSharingEngine:
         for plan in row_plans:
             if id(plan) not in padded:
                 pad = (0, 0, width - plan.plen, 0)
-                padded[id(plan)] = [(torch.nn.functional.pad(layer.keys, pad), torch.nn.functional.pad(layer.values, pad))
-                                    for layer in plan.cache.layers]
+                padded[id(plan)] = [(F.pad(layer.keys, pad), F.pad(layer.values, pad)) for layer in plan.cache.layers]
         first = row_plans[0].cache
         merged = copy.copy(first)
         merged.layers = []
@@ -451,6 +449,11 @@ class _Plan:
     limits: list[int]
     seeds: list[int] | None
     cache: object = None
+
+
+def _sampler(seeds: list[int] | None, temperature: float, top_p: float) -> SeededGumbelSampler | None:
+    """A tail batch's sampler (one seeded stream per row), None for greedy decoding."""
+    return None if seeds is None else SeededGumbelSampler(seeds, temperature, top_p)
 
 
 def _every_token_kept(cache) -> bool:

@@ -11,9 +11,9 @@ identify it (``dataset``, ``question_id``, ``variant``) and describe it (format 
 * ``"loglikelihood"`` - the log-probability of ``continuation`` after the prompt (CP-LN).
 
 :func:`run_items` is the only loop that declares, resumes, batches, flushes and reports progress: it skips items
-already in the store, declares the keys of its shard in the store's manifest, runs the rest - ``generate`` and ``sample``
-through the prefix-sharing engine where the backend allows it (whole question groups), else batched - scores each output
-with the study's ``score_fn`` and appends rows as it goes, so a killed run resumes where it stopped without losing
+already in the store, declares the keys of its shard in the store's manifest, runs the rest - ``generate`` and
+``sample`` through the prefix-sharing engine where the backend allows it (whole question groups), else batched -
+scores each output with the study's ``score_fn`` and appends rows as it goes, so a killed run resumes where it stopped without losing
 or duplicating a row. Studies build items (:mod:`mmfragile.studies`); :mod:`mmfragile.study` runs them by stage,
 shard, Ray task or budget.
 """
@@ -77,8 +77,9 @@ def run_items(model: MLLM, items: Sequence[EvalItem], store: ResultStore, score_
     ``mode`` (``generate`` and ``sample`` requests): ``"engine"`` (prefix-sharing engine; refuses with the reason
     where it cannot be exact), ``"generate"`` (one batched ``generate`` / ``generate_sampled`` per batch - the
     naive path), or ``"auto"`` (the engine where it is exact - for free-text requests, sampled or greedy, the
-    consecutive items of a group with the same images and decoding, where there are two or more; a backend with fused answers and option scores - vLLM: one request per prompt, at
-    least ``model.batch_size`` prompts per call - uses that; elsewhere - a family the engine refuses, or a question
+    consecutive items of a group with the same images and decoding, where there are two or more; a backend with
+    fused answers and option scores - vLLM: one request per prompt, at least ``model.batch_size`` prompts per
+    call - uses that; elsewhere - a family the engine refuses, or a question
     group whose variants it cannot share - batched ``generate`` plus ``option_logits``, with a warning naming the
     reason). ``shard`` (``"i/n"`` or a :class:`~mmfragile.shards.Shard`): evaluate only the items of that shard's
     question groups. The item keys are declared in the store's manifest under the shard's label first, so
