@@ -219,7 +219,7 @@ class PrefixSharingEngine:
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError("run_group: one seed per prompt")
         limits = [int(max_new_tokens)] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
-        if len({(tuple(map(str, p.images)), p.video) for p in prompts}) > 1:
+        if len({p.media_key for p in prompts}) > 1:
             raise ValueError("run_group takes variants that share their images")
         rows, prefix, per_row = self.group_rows(prompts)
         plen = min(_common_prefix_len(rows), min(len(r) for r in rows) - 1)  # every tail needs >= 1 token

@@ -13,9 +13,9 @@ identify it (``dataset``, ``question_id``, ``variant``) and describe it (format 
 :func:`run_items` is the only loop that declares, resumes, batches, flushes and reports progress: it skips items
 already in the store, declares the keys of its shard in the store's manifest, runs the rest - ``generate`` and
 ``sample`` through the prefix-sharing engine where the backend allows it (whole question groups), else batched -
-scores each output with the study's ``score_fn`` and appends rows as it goes, so a killed run resumes where it stopped without losing
-or duplicating a row. Studies build items (:mod:`mmfragile.studies`); :mod:`mmfragile.study` runs them by stage,
-shard, Ray task or budget.
+scores each output with the study's ``score_fn`` and appends rows as it goes, so a killed run resumes where it
+stopped without losing or duplicating a row. Studies build items (:mod:`mmfragile.studies`); :mod:`mmfragile.study`
+runs them by stage, shard, Ray task or budget.
 """
 from __future__ import annotations
 
@@ -177,8 +177,8 @@ class _Caller:
         def engine_group(it: EvalItem) -> tuple[Any, ...] | None:
             if self.engine is None or it.request not in ("generate", "sample"):
                 return None
-            images = (tuple(map(str, it.prompt.images)), it.prompt.video)
-            return (bool(it.option_ids), it.request, it.temperature, it.top_p, it.group, it.batch_with, images)
+            return (bool(it.option_ids), it.request, it.temperature, it.top_p, it.group, it.batch_with,
+                    it.prompt.media_key)
 
         waiting: list[EvalItem] = []
         joint: list[EvalItem] = []   # free-text groups the engine decodes together (same decoding)
@@ -213,14 +213,9 @@ class _Caller:
         with_options = any(it.option_ids for it in chunk)
         if request == "sample" and not m.can_sample:
             raise TypeError(f"{m.name!r} cannot sample with a seed (no generate_sampled); use greedy decoding")
-        if through_engine and not with_options:
-            return [_Output(raw, {"raw_output": raw}) for raw in self._engine_texts(chunk)]
-        if request == "sample":
-            raws = m.generate_sampled(prompts, new_tokens, [cast(int, it.seed) for it in chunk], chunk[0].temperature,
-                                      chunk[0].top_p)
-            return [_Output(raw, {"raw_output": raw}) for raw in raws]
-        if not with_options:
-            return [_Output(raw, {"raw_output": raw}) for raw in m.generate(prompts, max_new_tokens=new_tokens)]
+        if not with_options:   # free text: sampled or greedy
+            texts = self._engine_texts(chunk) if through_engine else self._texts(chunk, new_tokens)
+            return [_Output(raw, {"raw_output": raw}) for raw in texts]
         option_ids = [it.option_ids for it in chunk]
         if self.fused:
             raws, logits = m.generate_with_option_logits(prompts, option_ids, new_tokens)
@@ -252,10 +247,9 @@ class _Caller:
     def _engine_texts(self, chunk: list[EvalItem]) -> list[str]:
         """A free-text group through the engine: greedy, or each item sampled from its own seed (the same texts as
         ``generate`` / ``generate_sampled``: tested per family); batched where the engine cannot share exactly."""
-        prompts, first = [it.prompt for it in chunk], chunk[0]
+        first = chunk[0]
         sampled = first.request == "sample"
-        groups = [list(same) for _, same in groupby(chunk, key=lambda it: (it.group, tuple(map(str, it.prompt.images)),
-                                                                          it.prompt.video))]
+        groups = [list(same) for _, same in groupby(chunk, key=lambda it: (it.group, it.prompt.media_key))]
         try:
             shared = self._engine(chunk).run_groups(
                 [([it.prompt for it in g], None, [it.max_new_tokens for it in g],
@@ -264,24 +258,25 @@ class _Caller:
             return [o.text for group in shared for o in group]
         except EngineInexact as e:
             self._falls_back(chunk, e)
-        texts: list[str] = [""] * len(chunk)
-        for new_tokens, idx in _by_length(chunk).items():
-            ps = [prompts[i] for i in idx]
-            outs = (self.model.generate_sampled(ps, new_tokens, [cast(int, chunk[i].seed) for i in idx],
-                                                first.temperature, first.top_p)
-                    if sampled else self.model.generate(ps, max_new_tokens=new_tokens))
-            for i, raw in zip(idx, outs):
-                texts[i] = raw
-        return texts
+        return self._naive(chunk, False)[0]
+
+    def _texts(self, items: list[EvalItem], max_new_tokens: int) -> list[Any]:
+        """One batched call for items of one request kind and decoding: ``generate_sampled`` (each item's seed)
+        or greedy ``generate``."""
+        prompts, first = [it.prompt for it in items], items[0]
+        if first.request == "sample":
+            return self.model.generate_sampled(prompts, max_new_tokens, [cast(int, it.seed) for it in items],
+                                               first.temperature, first.top_p)
+        return self.model.generate(prompts, max_new_tokens=max_new_tokens)
 
     def _naive(self, chunk: list[EvalItem], with_logits: bool) -> tuple[list[Any], list[Any]]:
-        """Batched generate (+ option logits), each item to its own ``max_new_tokens`` (an engine group that falls
-        back holds several)."""
+        """Batched generate or generate_sampled (+ option logits), each item to its own ``max_new_tokens`` (an
+        engine group that falls back holds several)."""
         raws: list[Any] = [None] * len(chunk)
         logits: list[Any] = [None] * len(chunk)
         for new_tokens, idx in _by_length(chunk).items():
             prompts = [chunk[i].prompt for i in idx]
-            outs = self.model.generate(prompts, max_new_tokens=new_tokens)
+            outs = self._texts([chunk[i] for i in idx], new_tokens)
             lgs = (self.model.option_logits(prompts, [chunk[i].option_ids for i in idx]) if with_logits
                    else [None] * len(prompts))
             for i, raw, lg in zip(idx, outs, lgs):

@@ -68,6 +68,12 @@ class Prompt:
     #: the images are the frames of one video, in order (families without video input get them as images)
     video: bool = False
 
+    @property
+    def media_key(self) -> tuple[tuple[str, ...], bool]:
+        """What prompts must share to share a prefix-sharing engine group: the same images (by identity: a path,
+        or the very image object), shown the same way."""
+        return tuple(map(str, self.images)), self.video
+
 
 class NoOutput(str):
     """What :meth:`MLLM.generate` returns for a reply that carries no text: an API reply whose ``content`` is null

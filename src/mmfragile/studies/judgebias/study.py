@@ -188,7 +188,7 @@ def engine_order(items: list[EvalItem], length: Callable[[EvalItem], int]) -> li
     pictures: dict[tuple[tuple[str, ...], bool], int] = {}
 
     def picture(it: EvalItem) -> int:   # numbered as first met: a deterministic order
-        return pictures.setdefault((tuple(map(str, it.prompt.images)), it.prompt.video), len(pictures))
+        return pictures.setdefault(it.prompt.media_key, len(pictures))
 
     return sorted(items, key=lambda it: (it.group, picture(it), length(it)))
 
