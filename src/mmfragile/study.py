@@ -176,20 +176,32 @@ def table_name(table: pd.DataFrame) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CommittedGrid:
+    """A complete grid of a stage committed under ``mmfragile/resources/budget/`` (``budget.validation``'s
+    ``"embedded"`` source): its ``file``, the cell-frame ``columns`` the file keeps, ``expand`` (the file's frame ->
+    the stage's cell frame: the columns derived from those kept) and a ``note`` on what it is."""
+
+    file: str
+    columns: tuple[str, ...]
+    expand: Callable[[pd.DataFrame], pd.DataFrame]
+    note: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class BudgetGrid:
     """A stage's grid as :mod:`mmfragile.budget` samples and estimates it: ``spec`` (a
     :class:`~mmfragile.budget.estimator.GridSpec`: the unit and the covariates), ``cells(rows)`` (the complete
     cell frame of every (model, question) in the stage's store rows, ``correct`` where stored) and, optionally,
     ``simulate(datasets=, max_items=, seed=, ...)`` (complete grids matching the seed paper's published
     accuracies, for ``budget.validation``); ``read(store)``: the store's rows (Promptception joins its stage-2
-    extractions in); ``embedded``: the file name of a committed complete grid of this stage under
-    ``mmfragile/resources/budget/`` (:func:`mmfragile.budget.validation.load_embedded_grid`), if it has one."""
+    extractions in); ``embedded``: the stage's committed complete grid (:class:`CommittedGrid`,
+    :func:`mmfragile.budget.validation.load_embedded_grid`), if it has one."""
 
     spec: Any
     cells: Callable[[pd.DataFrame], pd.DataFrame]
     simulate: Callable[..., pd.DataFrame] | None = None
     read: Callable[[ResultStore], pd.DataFrame] = ResultStore.read   # a store's rows as ``cells`` wants them
-    embedded: str | None = None
+    embedded: CommittedGrid | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,7 +35,7 @@ from mmfragile.budget.auto import AUTO_STATISTICS, auto_stop
 from mmfragile.budget.estimator import (STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
                      stratified_order, summarize_units, unit_accuracy)
 
-__all__ = ["ValidationReport", "validation_report", "EMBEDDED_GRID", "load_embedded_grid", "complete_grid", "truth",
+__all__ = ["ValidationReport", "validation_report", "load_embedded_grid", "complete_grid", "truth",
            "hide", "observed_only", "design_mask", "error_curves", "summarize_curves", "auto_stop_curves",
            "simulate_grid", "simulation_spec", "PROMPTEVAL_METHODS", "prompteval_estimate", "distribution_errors",
            "PROMPTEVAL_REPORTED"]
@@ -53,29 +53,21 @@ PROMPTEVAL_REPORTED = pd.DataFrame([
 ])
 
 
-#: The committed complete grid of an embedded model (resources/budget/; the format grid's ``BudgetGrid.embedded``)
-EMBEDDED_GRID = "format_bias_smollm2-vlm_easy-vqa.parquet"
-EMBEDDED_NOTE = "embedded smollm2-vlm (random vision tower) on easy-VQA"
-
-
-def load_embedded_grid(name: str = EMBEDDED_GRID) -> pd.DataFrame:
-    """A committed complete format-bias grid as a cell frame (``model, dataset, question_id, question, variant,
-    format, option_id_set, delimiter, separator, shift, n_options, answer_position, correct, covered``).
-
-    The default is SmolLM2-135M + a random vision tower (``smollm2-vlm``) on easy-VQA questions, every one of
-    the 48 formats x every circular shift, made by ``python -m mmfragile formats --model smollm2-vlm --dataset
-    easy-vqa --n 40`` through the engine (see ``resources/budget/README.md``); only the columns the estimator
-    needs are kept."""
+def load_embedded_grid(study: str = "format-bias") -> pd.DataFrame:
+    """The committed complete grid of ``study`` (its budget stage's :class:`~mmfragile.study.CommittedGrid`) as a
+    cell frame: study 1's is SmolLM2-135M + a random vision tower (``smollm2-vlm``) on easy-VQA, every one of the
+    48 formats x every circular shift; study 2's the zoo's prompt follower on easy-VQA, every prompt (see
+    ``resources/budget/README.md``, which says how each was made)."""
     from importlib import resources
 
-    path = resources.files("mmfragile") / "resources" / "budget" / name
-    with resources.as_file(path) as p:
+    from mmfragile.study import budget_stage
+
+    committed = budget_stage(study).budget.embedded
+    if committed is None:
+        raise DataError(f"no committed {study} grid: pass 'published' or a results folder")
+    with resources.as_file(resources.files("mmfragile") / "resources" / "budget" / committed.file) as p:
         df = pd.read_parquet(p)
-    df = df.astype({c: str for c in ("model", "dataset", "question_id", "format")})
-    parts = df["format"].str.split("-", expand=True)
-    return df.assign(option_id_set=parts[0], delimiter=parts[1], separator=parts[2],
-                     variant=df["format"] + "|s" + df["shift"].astype(str),
-                     question=df["dataset"] + "/" + df["question_id"], correct=df["correct"].astype(float))
+    return committed.expand(df.astype({c: str for c in ("model", "dataset", "question_id")}))
 
 
 def complete_grid(source: str, study: str, datasets: Sequence[str] | None = None,
@@ -93,9 +85,8 @@ def complete_grid(source: str, study: str, datasets: Sequence[str] | None = None
     stage = budget_stage(study)
     grid = stage.budget
     if source == "embedded":
-        if grid.embedded is None:
-            raise DataError(f"no committed embedded {study} grid: pass 'published' or a results folder")
-        return load_embedded_grid(grid.embedded), grid.spec, EMBEDDED_NOTE
+        cells = load_embedded_grid(study)
+        return cells, grid.spec, grid.embedded.note
     if source == "published":
         if grid.simulate is None:
             raise DataError(f"study {study!r} has no published grid to simulate: pass a results folder")

@@ -9,12 +9,12 @@ import pandas as pd
 
 from mmfragile.budget import first_rows, merge_outcomes, rows_with_position
 from mmfragile.budget.estimator import GridSpec, Term
-from mmfragile.budget.validation import EMBEDDED_GRID, simulate_grid
-from mmfragile.study import BudgetGrid
+from mmfragile.budget.validation import simulate_grid
+from mmfragile.study import BudgetGrid, CommittedGrid
 from mmfragile.studies.format_bias import metrics as fb
 from mmfragile.studies.format_bias.prompts import PromptFormat, all_formats
 
-__all__ = ["FORMAT_BIAS", "FORMAT_ITEMS", "GRID", "cells", "simulate_published"]
+__all__ = ["FORMAT_BIAS", "FORMAT_ITEMS", "GRID", "COMMITTED", "cells", "simulate_published"]
 
 #: Study 1: 48 formats x circular shifts. The format covariates of Tab. 1, the shift, the shown position of the
 #: correct answer (position bias differs between formats, Sec. 5.1 / C.2, hence the interactions), a free
@@ -75,4 +75,21 @@ def simulate_published(published: pd.DataFrame | None = None, datasets: Sequence
                      {**FORMAT_ITEMS, **(n_items or {})}, tau, rho, seed, max_items)
 
 
-GRID = BudgetGrid(spec=FORMAT_BIAS, cells=cells, simulate=simulate_published, embedded=EMBEDDED_GRID)
+def _expand_committed(df: pd.DataFrame) -> pd.DataFrame:
+    """The committed grid's compact columns -> the cell frame (the format name carries its three covariates)."""
+    df = df.astype({"format": str})
+    parts = df["format"].str.split("-", expand=True)
+    return df.assign(option_id_set=parts[0], delimiter=parts[1], separator=parts[2],
+                     variant=df["format"] + "|s" + df["shift"].astype(str),
+                     question=df["dataset"] + "/" + df["question_id"], correct=df["correct"].astype(float))
+
+
+#: The committed complete grid (resources/budget/README.md): SmolLM2-135M + a random vision tower on easy-VQA,
+#: every format x circular shift, through the engine.
+COMMITTED = CommittedGrid(
+    file="format_bias_smollm2-vlm_easy-vqa.parquet",
+    columns=("model", "dataset", "question_id", "format", "shift", "n_options", "answer_position", "correct",
+             "covered"),
+    expand=_expand_committed, note="embedded smollm2-vlm (random vision tower) on easy-VQA")
+
+GRID = BudgetGrid(spec=FORMAT_BIAS, cells=cells, simulate=simulate_published, embedded=COMMITTED)

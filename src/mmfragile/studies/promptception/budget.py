@@ -10,12 +10,12 @@ import pandas as pd
 from mmfragile.budget import first_rows, merge_outcomes, rows_with_position
 from mmfragile.budget.estimator import GridSpec, Term
 from mmfragile.budget.validation import simulate_grid
-from mmfragile.study import BudgetGrid
+from mmfragile.study import BudgetGrid, CommittedGrid
 from mmfragile.studies.promptception import metrics as pc
 from mmfragile.studies.promptception.extraction import read_answers
 from mmfragile.studies.promptception.prompts import get_prompt_type, prompt_ids as catalog_ids
 
-__all__ = ["PROMPTCEPTION", "PROMPTCEPTION_ITEMS", "GRID", "cells", "simulate_published"]
+__all__ = ["PROMPTCEPTION", "PROMPTCEPTION_ITEMS", "GRID", "COMMITTED", "cells", "simulate_published"]
 
 #: Promptception: 61 prompt types. Category / supercategory / intent of Tab. 1 / Tab. 3, a free effect per
 #: prompt, the correct answer's letter position (a prompt can move a model's letter bias) and question effects.
@@ -29,6 +29,13 @@ PROMPTCEPTION = GridSpec("promptception", unit="prompt_id", terms=(
 #: Questions per benchmark (Promptception Sec. 2.3: MMStar 1,500; MVBench 4,000 - 100 videos for GPT-4o and
 #: Gemini 1.5 Pro; MMMU-Pro's count is not restated in the seed: 1,730 is MMMU-Pro's standard (4/10-option) set).
 PROMPTCEPTION_ITEMS: dict[str, int] = {"MMStar": 1500, "MMMU-Pro": 1730, "MVBench": 4000}
+
+
+def _prompt_columns(prompt_id: str) -> dict[str, str]:
+    """A prompt's cell columns: the unit and its catalog covariates."""
+    t = get_prompt_type(prompt_id)
+    return {"variant": t.prompt_id, "prompt_id": t.prompt_id, "category": str(int(t.category)),
+            "supercategory": str(int(t.supercategory)), "intent": t.intent or "neutral"}
 
 
 def cells(rows: pd.DataFrame, prompt_ids: Sequence[str] | None = None) -> pd.DataFrame:
@@ -45,10 +52,8 @@ def cells(rows: pd.DataFrame, prompt_ids: Sequence[str] | None = None) -> pd.Dat
             if not t.supports(rec["modality"]):
                 continue
             parts.append({"model": rec["model"], "dataset": rec["dataset"], "question_id": rec["question_id"],
-                          "variant": t.prompt_id, "prompt_id": t.prompt_id, "category": str(int(t.category)),
-                          "supercategory": str(int(t.supercategory)), "intent": t.intent or "neutral",
-                          "modality": rec["modality"], "answer_position": int(rec["answer_position"]),
-                          "question": rec["question"]})
+                          **_prompt_columns(t.prompt_id), "modality": rec["modality"],
+                          "answer_position": int(rec["answer_position"]), "question": rec["question"]})
     grid = pd.DataFrame(parts).astype({"model": str, "dataset": str, "question_id": str, "variant": str})
     return merge_outcomes(grid, r)
 
@@ -82,4 +87,20 @@ def simulate_published(published: pd.DataFrame | None = None, datasets: Sequence
     return pd.concat(parts, ignore_index=True)
 
 
-GRID = BudgetGrid(spec=PROMPTCEPTION, cells=cells, simulate=simulate_published, read=read_answers)
+def _expand_committed(df: pd.DataFrame) -> pd.DataFrame:
+    """The committed grid's columns -> the cell frame (a prompt ID names its covariates)."""
+    ids = df["prompt_id"].astype(str)
+    cov = pd.DataFrame([_prompt_columns(p) for p in ids.unique()]).set_index("prompt_id")
+    return df.assign(prompt_id=ids, **{c: ids.map(cov[c]) for c in cov.columns},
+                     question=df["dataset"] + "/" + df["question_id"], correct=df["correct"].astype(float))
+
+
+#: The committed complete grid (resources/budget/README.md): the zoo's prompt follower (planted: the 7 held-out
+#: categories) on easy-VQA, every prompt of the catalog, float32.
+COMMITTED = CommittedGrid(
+    file="promptception_zoo-follower_easy-vqa.parquet",
+    columns=("model", "dataset", "question_id", "prompt_id", "modality", "answer_position", "correct", "covered"),
+    expand=_expand_committed, note="zoo-follower (planted: prompt sensitivity in 7 held-out categories) on easy-VQA")
+
+GRID = BudgetGrid(spec=PROMPTCEPTION, cells=cells, simulate=simulate_published, read=read_answers,
+                  embedded=COMMITTED)
