@@ -271,7 +271,7 @@ def test_five_percent_of_the_embedded_grid():
     coverage 0-4 %; with a colon: 44-56 %), and 108 cells leave about 2 per format - whether a lowercase-colon
     format scores 20 or 30 % is not in the data. The asserted bounds are the target where it is met and the
     measured maximum (rounded up) where it is not; the seeds are the first ones, not picked."""
-    cells = bv.load_embedded_grid()
+    cells = bv.load_embedded_grid("format-bias")
     assert len(cells) == 2160 and cells["question"].nunique() == 20
     for seed in (0, 1):
         e = _errors(cells, "adaptive", seed)

@@ -53,7 +53,7 @@ PROMPTEVAL_REPORTED = pd.DataFrame([
 ])
 
 
-def load_embedded_grid(study: str = "format-bias") -> pd.DataFrame:
+def load_embedded_grid(study: str) -> pd.DataFrame:
     """The committed complete grid of ``study`` (its budget stage's :class:`~mmfragile.study.CommittedGrid`) as a
     cell frame: study 1's is SmolLM2-135M + a random vision tower (``smollm2-vlm``) on easy-VQA, every one of the
     48 formats x every circular shift; study 2's the zoo's prompt follower on easy-VQA, every prompt (see
