@@ -283,7 +283,6 @@ def test_five_percent_of_the_embedded_grid():
     assert strat["q25"].max() <= 3.1 and strat["q05"].max() <= 13.5             # measured maxima (20 seeds)
 
 
-
 def test_the_committed_promptception_grid_recovers_the_planted_categories():
     """Study 2's committed grid (zoo-follower on 60 easy-VQA questions x the 59 image prompts = 3,540 cells; its
     fine-tune planted prompt sensitivity in the 7 held-out categories: true accuracy 72.2 % on the trained
@@ -502,16 +501,21 @@ def test_a_budget_over_a_subset_estimates_that_subset_not_the_catalogue(tmp_path
     assert int(values[cols.index("n_cells")]) == n_cells
 
 
-@pytest.mark.parametrize("what", ["errors", "coverage", "auto"])
-def test_the_comparison_script_runs_on_the_embedded_grid(what, tmp_path, capsys):
-    """scripts/budget_comparison.py (docs/budget.md's tables) on one budget and seed of the embedded grid."""
+def _script(name):
+    """scripts/<name>.py as a module."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "budget_comparison.py"
-    spec = importlib.util.spec_from_file_location("budget_comparison", path)
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("what", ["errors", "coverage", "auto"])
+def test_the_comparison_script_runs_on_the_embedded_grid(what, tmp_path, capsys):
+    """scripts/budget_comparison.py (docs/budget.md's tables) on one budget and seed of the embedded grid."""
+    mod = _script("budget_comparison")
     args = ["--target", "10", "--stop-on", "mean"] if what == "auto" else []
     assert mod.main([what, "embedded", "format-bias", "--budgets", "0.05", "--seeds", "1", "--out", str(tmp_path),
                      *args]) == 0
@@ -534,9 +538,6 @@ def test_make_budget_grid_writes_the_committed_grid_of_a_promptception_store(tmp
     """scripts/make_budget_grid.py --study promptception on a complete tiny grid (2 questions x every image
     prompt): the file keeps the study's CommittedGrid columns, and load_embedded_grid's expansion of it gives the
     store's cell frame back - every covariate and outcome - with covered as stored."""
-    import importlib.util
-    import pathlib
-
     from mmfragile.store import find_stores
     from mmfragile.study import budget_stage, run_study
     from mmfragile.studies.promptception.budget import COMMITTED, GRID
@@ -544,14 +545,10 @@ def test_make_budget_grid_writes_the_committed_grid_of_a_promptception_store(tmp
 
     run_study("promptception", tiny_vlm, "synthetic-vqa", n=2, out=tmp_path / "run", max_new_tokens=4,
               n_frames=2, progress=False)
-    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "make_budget_grid.py"
-    spec = importlib.util.spec_from_file_location("make_budget_grid", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    mod.main(["--study", "promptception", str(tmp_path / "run"), str(tmp_path / "grid.parquet")])
+    _script("make_budget_grid").main(["--study", "promptception", str(tmp_path / "run"), str(tmp_path / "grid.parquet")])
     raw = pd.read_parquet(tmp_path / "grid.parquet")
     assert list(raw.columns) == list(COMMITTED.columns)
-    got = COMMITTED.expand(raw.astype({c: str for c in ("model", "dataset", "question_id")}))
+    got = bv.committed_cells(COMMITTED, raw)
     (store,) = find_stores(tmp_path / "run", "promptception", budget_stage("promptception").tag)
     rows = GRID.read(store)
     want = GRID.cells(rows)
@@ -559,8 +556,8 @@ def test_make_budget_grid_writes_the_committed_grid_of_a_promptception_store(tmp
     m = want.merge(got, on=key, suffixes=("", "_file"))
     assert len(m) == len(want) == len(got) == len(rows) and set(got["question_id"]) == set(rows["question_id"])
     per_question = got.groupby("question_id").agg(n=("prompt_id", "nunique"), modality=("modality", "first"))
-    assert all(n == sum(get_prompt_type(p).supports(mod) for p in prompt_ids(include_baseline=False))
-               for n, mod in zip(per_question["n"], per_question["modality"]))
+    assert all(n == sum(get_prompt_type(p).supports(modality) for p in prompt_ids(include_baseline=False))
+               for n, modality in zip(per_question["n"], per_question["modality"]))
     for col in ("variant", "category", "supercategory", "intent", "question", "answer_position", "correct"):
         assert (m[col].astype(str) == m[f"{col}_file"].astype(str)).all(), col
     stored = rows.astype({"question_id": str, "variant": str}).set_index(["question_id", "variant"])["covered"]

@@ -178,8 +178,9 @@ def table_name(table: pd.DataFrame) -> str:
 @dataclass(frozen=True, kw_only=True)
 class CommittedGrid:
     """A complete grid of a stage committed under ``mmfragile/resources/budget/`` (``budget.validation``'s
-    ``"embedded"`` source): its ``file``, the cell-frame ``columns`` the file keeps, ``expand`` (the file's frame ->
-    the stage's cell frame: the columns derived from those kept) and a ``note`` on what it is."""
+    ``"embedded"`` source): its ``file``, the cell-frame ``columns`` the file keeps, ``expand`` (the file's frame,
+    with ``question`` and a float ``correct`` added, -> the stage's cell frame: the study's columns derived from
+    those kept) and a ``note`` on what it is."""
 
     file: str
     columns: tuple[str, ...]

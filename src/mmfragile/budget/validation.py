@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,10 @@ from mmfragile.budget.auto import AUTO_STATISTICS, auto_stop
 from mmfragile.budget.estimator import (STATISTICS, GridSpec, adaptive_batch, budget_size, estimate,
                      stratified_order, summarize_units, unit_accuracy)
 
-__all__ = ["ValidationReport", "validation_report", "load_embedded_grid", "complete_grid", "truth",
+if TYPE_CHECKING:   # the studies' budget modules import this one and study; imported where used (load_embedded_grid)
+    from mmfragile.study import CommittedGrid
+
+__all__ = ["ValidationReport", "validation_report", "load_embedded_grid", "committed_cells", "complete_grid", "truth",
            "hide", "observed_only", "design_mask", "error_curves", "summarize_curves", "auto_stop_curves",
            "simulate_grid", "simulation_spec", "PROMPTEVAL_METHODS", "prompteval_estimate", "distribution_errors",
            "PROMPTEVAL_REPORTED"]
@@ -66,8 +69,15 @@ def load_embedded_grid(study: str) -> pd.DataFrame:
     if committed is None:
         raise DataError(f"no committed {study} grid: pass 'published' or a results folder")
     with resources.as_file(resources.files("mmfragile") / "resources" / "budget" / committed.file) as p:
-        df = pd.read_parquet(p)
-    return committed.expand(df.astype({c: str for c in ("model", "dataset", "question_id")}))
+        return committed_cells(committed, pd.read_parquet(p))
+
+
+def committed_cells(committed: CommittedGrid, df: pd.DataFrame) -> pd.DataFrame:
+    """A committed grid file's frame ``df`` (``committed.columns``) -> the stage's cell frame: the question key and
+    a float ``correct`` as every stage has them, then the study's own derived columns (``committed.expand``)."""
+    df = df.astype({c: str for c in ("model", "dataset", "question_id")})
+    return committed.expand(df.assign(question=df["dataset"] + "/" + df["question_id"],
+                                      correct=df["correct"].astype(float)))
 
 
 def complete_grid(source: str, study: str, datasets: Sequence[str] | None = None,

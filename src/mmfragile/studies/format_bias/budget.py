@@ -80,8 +80,7 @@ def _expand_committed(df: pd.DataFrame) -> pd.DataFrame:
     df = df.astype({"format": str})
     parts = df["format"].str.split("-", expand=True)
     return df.assign(option_id_set=parts[0], delimiter=parts[1], separator=parts[2],
-                     variant=df["format"] + "|s" + df["shift"].astype(str),
-                     question=df["dataset"] + "/" + df["question_id"], correct=df["correct"].astype(float))
+                     variant=df["format"] + "|s" + df["shift"].astype(str))
 
 
 #: The committed complete grid (resources/budget/README.md): SmolLM2-135M + a random vision tower on easy-VQA,

@@ -91,8 +91,7 @@ def _expand_committed(df: pd.DataFrame) -> pd.DataFrame:
     """The committed grid's columns -> the cell frame (a prompt ID names its covariates)."""
     ids = df["prompt_id"].astype(str)
     cov = pd.DataFrame([_prompt_columns(p) for p in ids.unique()]).set_index("prompt_id")
-    return df.assign(prompt_id=ids, **{c: ids.map(cov[c]) for c in cov.columns},
-                     question=df["dataset"] + "/" + df["question_id"], correct=df["correct"].astype(float))
+    return df.assign(prompt_id=ids, **{c: ids.map(cov[c]) for c in cov.columns})
 
 
 #: The committed complete grid (resources/budget/README.md): the zoo's prompt follower (planted: the 7 held-out
