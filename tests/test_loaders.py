@@ -304,3 +304,17 @@ def test_image_field_forms(tmp_path):
     assert image_field(None, None, "w", "d") == [] and image_field("", None, "w", "d") == []
     with pytest.raises(DataError, match="w: image field is not valid base64"):
         image_field("x" * 70 + "?", None, "w", "d")
+
+
+@pytest.mark.parametrize("name", ["easy-vqa-judge", "mm-judgebias"])
+def test_a_studys_own_data_is_refused_by_its_record_in_one_line(tmp_path, name):
+    """Benchmark.load on the judge study's records raised TypeError (their loaders take the study's arguments);
+    through the record and through load_dataset alike it is one DataError naming the command that reads them."""
+    from mmfragile.data.benchmarks import benchmark
+
+    record = benchmark(name)
+    path = None if record.builtin else record.write_fixture(tmp_path).partition(":")[2]
+    spec = name if record.builtin else f"{name}:{path}"
+    for call in (lambda: record.load(path, n=2), lambda: load_dataset(spec, n=2)):
+        with pytest.raises(DataError, match=r"judge study's data.*python -m mmfragile run judge --dataset "):
+            call()

@@ -40,6 +40,14 @@ class Benchmark:
 
     def load(self, path: str | None = None, n: int | None = None, skip_bad_rows: bool = False,
              **kwargs: Any) -> pd.DataFrame:
+        """The question table (see :func:`mmfragile.data.load_dataset`); a study's own data is refused, naming
+        the command that reads it (its loader returns that study's records, not a question table)."""
+        if self.study:
+            from mmfragile.errors import DataError
+
+            spec = self.prefix if self.builtin else f"{self.prefix}:{path}"
+            raise DataError(f"{spec!r} is the {self.study} study's data, not a question table: run that study "
+                            f"with it (python -m mmfragile run {self.study} --dataset {spec})")
         fn = _resolve(self.loader)
         kw = {**dict(self.loader_kwargs), **kwargs}
         if self.builtin:
