@@ -1,4 +1,5 @@
-"""Every ``scripts/benchmark_*.py`` runs, on a tiny grid, so that a refactor cannot break one silently.
+"""Every ``scripts/benchmark_*.py`` (and the profile and architecture-table scripts the docs give) runs, on a tiny
+grid, so that a refactor cannot break one silently.
 
 The numbers they print are not checked (speed is measured by running them, never in a test); what is checked is
 that each runs to the end and that its correctness column holds: every path gives the same answers.
@@ -28,9 +29,10 @@ def script(name: str, *args: str, timeout: int = 900) -> str:
 
 def test_every_benchmark_script_has_a_test_here_or_its_own():
     here = Path(__file__).read_text().split('"""', 2)[2]  # this file's tests, not its docstring
-    tested = set(re.findall(r"(?:benchmark|profile)_\w+\.py", here)) | set(
+    tested = set(re.findall(r"(?:benchmark|profile|architecture)_\w+\.py", here)) | set(
         re.findall(r"benchmark_\w+\.py", (REPO / "tests" / "test_benchmark_gpu.py").read_text()))
-    assert {p.name for pattern in ("benchmark_*.py", "profile_*.py") for p in (REPO / "scripts").glob(pattern)} <= tested
+    patterns = ("benchmark_*.py", "profile_*.py", "architecture_*.py")
+    assert {p.name for pattern in patterns for p in (REPO / "scripts").glob(pattern)} <= tested
 
 
 def test_profile_engine_splits_the_whole_run_into_its_parts():
@@ -43,6 +45,21 @@ def test_profile_engine_splits_the_whole_run_into_its_parts():
                            "Python / per-step overhead"]
     assert parts["processor"] > 0 and parts["vision tower"] > 0 and parts["GEMM"] > 0
     assert abs(sum(parts.values()) - wall) <= 0.02 * wall + 0.05, out   # every part counted once
+
+
+def test_architecture_table_row_of_one_family():
+    """docs/architectures.md's table command on one family: every check of the conformance suite passes on the
+    tiny LLaVA, video is "-" with its reason (the family takes frames as images), and the bfloat16 column is a
+    count of the 30 prompts and a logit difference (measured, machine-dependent: not asserted)."""
+    out = script("architecture_table.py", "--family", "llava")
+    header = next(ln for ln in out.splitlines() if ln.startswith("| architecture"))
+    row = next(ln for ln in out.splitlines() if ln.startswith("| llava"))
+    cells = dict(zip([c.strip() for c in header.split("|")[2:-1]], [c.strip() for c in row.split("|")[2:-1]]))
+    assert {k: v for k, v in cells.items() if k != "engine bf16 vs generate"} == {
+        "load": "✓", "generate": "✓", "option logits": "✓", "loglikelihood": "✓", "multi-image": "✓", "video": "–",
+        "engine exact": "✓"}, out
+    assert re.fullmatch(r"\d+/30, [\d.e+-]+", cells["engine bf16 vs generate"]), out
+    assert "llava (LLaVA-1.5-7B) / video: the family takes no video input" in out
 
 
 def test_benchmark_engine_on_a_tiny_grid():
