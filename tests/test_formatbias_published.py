@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mmfragile.paths import seed_missing, seed_path
 from mmfragile.studies.format_bias import metrics as fb
 
 
@@ -237,3 +238,23 @@ def test_fig3_ranks_text(results):
     assert ov.n_formats.sum() == 48
     assert ov.loc[[1, 2, 3], "share"].sum() > 0.5  # "predominantly within the range of 1 to 3"
     assert ov.min_rank.iloc[0] == 1 and ov.max_rank.iloc[0] >= 6
+
+
+SEED = seed_path("format-bias-mcvqa.txt")
+
+
+@pytest.mark.skipif(SEED is None, reason=seed_missing("format-bias-mcvqa.txt"))
+def test_extraction_script_reproduces_the_committed_csvs(tmp_path):
+    """scripts/extract_format_bias.py on the seed text writes, byte for byte, the three CSVs the study reads."""
+    import importlib.util
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("extract_fb", repo / "scripts" / "extract_format_bias.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--seed", str(SEED), "--out", str(tmp_path)]) in (0, None)
+    names = ["format_bias_results.csv", "format_bias_mitigation.csv", "format_bias_mitigation_summary.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+    for name in names:
+        assert (tmp_path / name).read_text() == (repo / "src" / "mmfragile" / "resources" / "published" / name).read_text(), name
