@@ -306,15 +306,22 @@ def test_image_field_forms(tmp_path):
         image_field("x" * 70 + "?", None, "w", "d")
 
 
-@pytest.mark.parametrize("name", ["easy-vqa-judge", "mm-judgebias"])
-def test_a_studys_own_data_is_refused_by_its_record_in_one_line(tmp_path, name):
-    """Benchmark.load on the judge study's records raised TypeError (their loaders take the study's arguments);
-    through the record and through load_dataset alike it is one DataError naming the command that reads them."""
+def test_a_studys_own_data_loads_through_its_record_and_is_refused_as_a_question_table(tmp_path):
+    """Benchmark.load on the judge release's record raised TypeError (it called the study's loader with a
+    question-table loader's arguments); it now gives the study's records, as the built-in judge set's record
+    does, and load_dataset still refuses both in one line naming the command that reads them."""
     from mmfragile.data.benchmarks import benchmark
+    from mmfragile.studies.judgebias.data import JudgeSample, load_judge_dataset
 
-    record = benchmark(name)
-    path = None if record.builtin else record.write_fixture(tmp_path).partition(":")[2]
-    spec = name if record.builtin else f"{name}:{path}"
-    for call in (lambda: record.load(path, n=2), lambda: load_dataset(spec, n=2)):
+    release = benchmark("mm-judgebias")
+    spec = release.write_fixture(tmp_path / "release")
+    samples = release.load(spec.partition(":")[2], n=2)
+    assert samples and all(isinstance(s, JudgeSample) for s in samples)
+    assert [s.sample_id for s in samples] == [s.sample_id for s in load_judge_dataset(spec, n=2)]
+    built = benchmark("easy-vqa-judge").load(n=2, seed=0, out_dir=tmp_path / "judge")
+    assert len(built) >= 2 and all(isinstance(s, JudgeSample) for s in built)
+    with pytest.raises(TypeError, match="skipped="):
+        release.load(spec.partition(":")[2], n=2, skip_bad_rows=True)
+    for name in (spec, "easy-vqa-judge"):
         with pytest.raises(DataError, match=r"judge study's data.*python -m mmfragile run judge --dataset "):
-            call()
+            load_dataset(name, n=2)

@@ -39,19 +39,19 @@ class Benchmark:
     study: str | None = None                   # a study's own data (not a question table): that study loads it
 
     def load(self, path: str | None = None, n: int | None = None, skip_bad_rows: bool = False,
-             **kwargs: Any) -> pd.DataFrame:
-        """The question table (see :func:`mmfragile.data.load_dataset`); a study's own data is refused, naming
-        the command that reads it (its loader returns that study's records, not a question table)."""
-        if self.study:
-            from mmfragile.errors import DataError
-
-            spec = self.prefix if self.builtin else f"{self.prefix}:{path}"
-            raise DataError(f"{spec!r} is the {self.study} study's data, not a question table: run that study "
-                            f"with it (python -m mmfragile run {self.study} --dataset {spec})")
+             **kwargs: Any) -> Any:
+        """The question table (see :func:`mmfragile.data.load_dataset`); for a study's own data (``study``) that
+        study's records, from its loader called with the whole spec (``<prefix>:<path>``), ``n`` and the study
+        loader's own keyword arguments (the judge study's: ``skipped=[]`` collects the bad rows)."""
         fn = _resolve(self.loader)
         kw = {**dict(self.loader_kwargs), **kwargs}
         if self.builtin:
             return fn(n=n, **kw)
+        if self.study:
+            if skip_bad_rows:
+                raise TypeError(f"{self.name} is the {self.study} study's data: its loader takes its own keyword "
+                                "for bad rows (the judge study's: skipped=[]), not skip_bad_rows")
+            return fn(f"{self.prefix}:{path}", n=n, **kw)
         first, _, second = str(path).partition("::")
         if self.second_path:
             kw[self.second_path] = second or None

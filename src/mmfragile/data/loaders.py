@@ -972,6 +972,9 @@ def load_dataset(spec: str, n: int | None = None, seed: int = 0, skip_bad_rows: 
     if record is None or record.builtin == bool(sep):
         raise DataError(f"unknown dataset {spec!r}: use synthetic-vqa, synthetic-image, synthetic-text, easy-vqa "
                         f"or <prefix>:<path> with prefix in {', '.join(spec_prefixes())}")
+    if record.study:
+        raise DataError(f"{spec!r} is the {record.study} study's data, not a question table: run that study with it "
+                        f"(python -m mmfragile run {record.study} --dataset {spec})")
     if not record.builtin:
         out = record.load(path, n=n, skip_bad_rows=skip_bad_rows)
     else:
