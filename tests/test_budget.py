@@ -501,21 +501,10 @@ def test_a_budget_over_a_subset_estimates_that_subset_not_the_catalogue(tmp_path
     assert int(values[cols.index("n_cells")]) == n_cells
 
 
-def _script(name):
-    """scripts/<name>.py as a module."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize("what", ["errors", "coverage", "auto"])
-def test_the_comparison_script_runs_on_the_embedded_grid(what, tmp_path, capsys):
+def test_the_comparison_script_runs_on_the_embedded_grid(what, tmp_path, capsys, load_script):
     """scripts/budget_comparison.py (docs/budget.md's tables) on one budget and seed of the embedded grid."""
-    mod = _script("budget_comparison")
+    mod = load_script("budget_comparison")
     args = ["--target", "10", "--stop-on", "mean"] if what == "auto" else []
     assert mod.main([what, "embedded", "format-bias", "--budgets", "0.05", "--seeds", "1", "--out", str(tmp_path),
                      *args]) == 0
@@ -534,7 +523,7 @@ def test_the_comparison_script_runs_on_the_embedded_grid(what, tmp_path, capsys)
     assert "embedded" in capsys.readouterr().out
 
 
-def test_make_budget_grid_writes_the_committed_grid_of_a_promptception_store(tmp_path, tiny_vlm):
+def test_make_budget_grid_writes_the_committed_grid_of_a_promptception_store(tmp_path, tiny_vlm, load_script):
     """scripts/make_budget_grid.py --study promptception on a complete tiny grid (2 questions x every image
     prompt): the file keeps the study's CommittedGrid columns, and load_embedded_grid's expansion of it gives the
     store's cell frame back - every covariate and outcome - with covered as stored."""
@@ -545,7 +534,7 @@ def test_make_budget_grid_writes_the_committed_grid_of_a_promptception_store(tmp
 
     run_study("promptception", tiny_vlm, "synthetic-vqa", n=2, out=tmp_path / "run", max_new_tokens=4,
               n_frames=2, progress=False)
-    _script("make_budget_grid").main(["--study", "promptception", str(tmp_path / "run"), str(tmp_path / "grid.parquet")])
+    load_script("make_budget_grid").main(["--study", "promptception", str(tmp_path / "run"), str(tmp_path / "grid.parquet")])
     raw = pd.read_parquet(tmp_path / "grid.parquet")
     assert list(raw.columns) == list(COMMITTED.columns)
     got = bv.committed_cells(COMMITTED, raw)

@@ -244,15 +244,12 @@ SEED = seed_path("format-bias-mcvqa.txt")
 
 
 @pytest.mark.skipif(SEED is None, reason=seed_missing("format-bias-mcvqa.txt"))
-def test_extraction_script_reproduces_the_committed_csvs(tmp_path):
+def test_extraction_script_reproduces_the_committed_csvs(tmp_path, load_script):
     """scripts/extract_format_bias.py on the seed text writes, byte for byte, the three CSVs the study reads."""
-    import importlib.util
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("extract_fb", repo / "scripts" / "extract_format_bias.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("extract_format_bias")
     assert mod.main(["--seed", str(SEED), "--out", str(tmp_path)]) in (0, None)
     names = ["format_bias_results.csv", "format_bias_mitigation.csv", "format_bias_mitigation_summary.csv"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)

@@ -1,7 +1,6 @@
 """Study 3 (MM-JudgeBias): judge prompts, score parsing, BD/BC metrics, aggregation, published tables."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from mmfragile.paths import seed_missing, seed_path
@@ -456,10 +455,8 @@ def test_published_ablation_table13():
 
 
 @pytest.mark.skipif(SEED is None, reason=seed_missing("mm-judgebias.txt"))
-def test_extraction_script_reproduces_csvs():
-    spec = importlib.util.spec_from_file_location("extract_judgebias", ROOT / "scripts" / "extract_judgebias.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_extraction_script_reproduces_csvs(load_script):
+    mod = load_script("extract_judgebias")
     tables = mod.extract(SEED)
     pub = ROOT / "src" / "mmfragile" / "resources" / "published"
     for name, df in tables.items():

@@ -1,7 +1,6 @@
 """Promptception metrics against hand-computed values and the paper's published numbers."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from mmfragile.paths import seed_missing, seed_path
@@ -52,10 +51,8 @@ def test_baseline_is_prompt_1_1(acc, table2):
 
 
 @pytest.mark.skipif(SEED is None, reason=seed_missing("promptception.txt"))
-def test_extraction_script_reproduces_csvs(tmp_path):
-    spec = importlib.util.spec_from_file_location("extract_pc", REPO / "scripts" / "extract_promptception.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_extraction_script_reproduces_csvs(tmp_path, load_script):
+    mod = load_script("extract_promptception")
     mod.main(["--seed", str(SEED), "--out", str(tmp_path)])
     pub = REPO / "src" / "mmfragile" / "resources" / "published"
     for name in ["promptception_accuracy.csv", "promptception_table2.csv", "promptception_mmmupro_settings.csv",
