@@ -30,11 +30,13 @@ Method - PromptEval (Maia Polo et al., "Efficient multi-prompt evaluation of LLM
   of the penalised log-likelihood; the question block is block-diagonal and handled by a Schur complement),
   then posterior-predictive draws: coefficients from the Laplace Gaussian, unobserved cells drawn as
   Bernoulli(p) - the targets are the accuracies of the *finite* grid, so the Bernoulli noise of the cells
-  nobody ran is part of the error. The prior scales are uncertain too: the intervals integrate over a factor
-  on the variant terms' learnt scales, weighted by its Laplace evidence (:func:`scale_posterior`), with the
-  Laplace draws at each scale centred on that scale's plug-in (:func:`_centred_draws`) and pooled. That
-  raises the coverage of every statistic, but the 90 % intervals of the extreme ones (5 / 95 % quantiles,
-  best, worst) still hold only 50-75 % of the time at 2-5 % of a grid (docs/budget.md says where and why).
+  nobody ran is part of the error. The prior scales are uncertain too: the intervals integrate over factors
+  on the variant terms' learnt scales - one on all of them, and one per term - weighted by their Laplace
+  evidence under each term's own prior (Gaussian or Student-t, :func:`scale_posterior`, :func:`draw_scales`),
+  with the Laplace draws at each draw of the scales centred on its plug-in (:func:`_centred_draws`) and pooled. That raises the
+  coverage of every extreme statistic, but at 2 % of a grid the 90 % intervals of the best variant, the 95 % and
+  the 25 / 50 % quantiles still hold only 70-80 % of the time on the paper grids (docs/budget.md says where and
+  why).
 * **Designs.** :func:`stratified_order`: a seeded sequence of cells balanced over variants, questions and
   shifts (PromptEval's ``StratSample`` balances variants and examples); every prefix is a design, so a larger
   budget extends a smaller one. :func:`adaptive_batch`: the next cells where they shrink the summed posterior
@@ -55,14 +57,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy import linalg
+from scipy import linalg, special
 from threadpoolctl import threadpool_limits
 
 from mmfragile.errors import DataError
 
-__all__ = ["Term", "GridSpec", "QUANTILES", "STATISTICS", "IRTFit", "fit_irt", "refit", "scale_posterior",
-           "SCALE_FACTORS", "BudgetEstimate", "estimate", "unit_accuracy", "summarize_units", "stratified_order",
-           "budget_size", "adaptive_batch"]
+__all__ = ["Term", "GridSpec", "QUANTILES", "STATISTICS", "IRTFit", "fit_irt", "refit", "ScaleProfile",
+           "scale_posterior", "draw_scales", "SCALE_FACTORS", "NEGLIGIBLE_SD", "BudgetEstimate", "estimate",
+           "unit_accuracy", "summarize_units", "stratified_order", "budget_size", "adaptive_batch"]
 
 #: Quantiles of the per-variant accuracy distribution (PromptEval's set), percent.
 QUANTILES: tuple[int, ...] = (5, 25, 50, 75, 95)
@@ -340,6 +342,15 @@ class IRTFit:
     n_iter: int
     precision: np.ndarray         # prior precision of every coefficient (intercept: 0; t priors: weighted)
     pseudo_count: float = 0.5
+    #: degrees of freedom of the Student-t prior of the terms without the question (None: every prior Gaussian)
+    nu: float | None = None
+
+    def heavy(self) -> np.ndarray:
+        """Per effect (design column): whether its prior is the Student-t one."""
+        if self.nu is None:
+            return np.zeros(self.design.d, bool)
+        q = self.spec.question
+        return np.array([q not in t.columns for t in self.design.terms])[self.design.term_of]
 
     @property
     def p(self) -> np.ndarray:
@@ -454,10 +465,7 @@ def fit_irt(cells: pd.DataFrame, spec: GridSpec, prior: str = "empirical", pseud
                 var = H.posterior_diag()[1:]
                 e2 = theta[1:] ** 2
                 m = np.bincount(des.term_of, minlength=nterm)
-                if heavy.any():  # Student-t: per-effect EM weights (nu + 1) / (nu + E[b^2] / s^2)
-                    wt = np.where(heavy[des.term_of], (nu_ + 1) / (nu_ + (e2 + var) / sd[des.term_of] ** 2), 1.0)
-                else:
-                    wt = np.ones(des.d)
+                wt = np.where(heavy[des.term_of], _t_weights(e2 + var, sd[des.term_of] ** 2, nu_), 1.0)
                 ss = np.bincount(des.term_of, weights=wt * e2, minlength=nterm)
                 tr = np.bincount(des.term_of, weights=wt * var, minlength=nterm)
                 gamma = np.maximum(m - tr / sd ** 2, 1e-8)
@@ -475,11 +483,17 @@ def fit_irt(cells: pd.DataFrame, spec: GridSpec, prior: str = "empirical", pseud
                 if done:
                     break
             theta = newton.converge(theta, prec)
-        return _fitted(spec, newton, theta, sd, obs, prec)
+        return _fitted(spec, newton, theta, sd, obs, prec, nu if prior == "empirical" and heavy.any() else None)
+
+
+def _t_weights(e2: np.ndarray, s2: np.ndarray, nu: float) -> np.ndarray:
+    """The EM weight ``(nu + 1) / (nu + E[b^2] / s^2)`` of each effect's prior precision under a Student-t prior
+    of scale ``s`` (a scale mixture of normals)."""
+    return (nu + 1) / (nu + e2 / s2)
 
 
 def _fitted(spec: GridSpec, newton: _Newton, theta: np.ndarray, sd: np.ndarray, observed: np.ndarray,
-            prec: np.ndarray) -> IRTFit:
+            prec: np.ndarray, nu: float | None) -> IRTFit:
     """The :class:`IRTFit` at the MAP ``theta``: its Laplace posterior factorised now (callers hold the BLAS
     thread limit) and the linear predictor of every cell."""
     des = newton.des
@@ -487,63 +501,137 @@ def _fitted(spec: GridSpec, newton: _Newton, theta: np.ndarray, sd: np.ndarray, 
     H.chol_S
     eta = theta[0] + theta[1 + des.cols].sum(axis=1)
     return IRTFit(spec, des, theta, {t.name: float(s) for t, s in zip(des.terms, sd)}, eta, observed, H,
-                  newton.n_iter, prec, newton.pseudo_count)
+                  newton.n_iter, prec, newton.pseudo_count, nu)
 
 
-def refit(fit: IRTFit, cells: pd.DataFrame, sd: np.ndarray) -> IRTFit:
+def refit(fit: IRTFit, cells: pd.DataFrame, sd: np.ndarray, sweeps: int = 10) -> IRTFit:
     """``fit`` (of ``cells``) again at other prior scales ``sd`` (one per term, in ``fit.design.terms`` order):
-    the MAP by Newton from ``fit``'s coefficients, keeping its Student-t weights, and its Laplace posterior."""
+    the MAP by Newton from ``fit``'s coefficients, and its Laplace posterior. Student-t weights are re-estimated
+    at the new scales (at most ``sweeps`` EM sweeps), each sweep's weights from the effects before its Newton
+    steps: a broken variant's effect ``b`` keeps a precision of about ``(nu + 1) / b^2`` whatever the scale, so
+    a smaller scale shrinks the bulk and leaves the outlier standing - as a t prior does, and as keeping the
+    fit's weights (which scales every precision alike) did not."""
     des = fit.design
     rows = np.flatnonzero(fit.observed)
     y = pd.to_numeric(cells["correct"], errors="coerce").to_numpy()[rows]
+    sd = np.asarray(sd, float)
     old = np.array([fit.sd[t.name] for t in des.terms])
-    prec = fit.precision * np.r_[1.0, (old / np.asarray(sd, float))[des.term_of] ** 2]
+    prec = fit.precision * np.r_[1.0, (old / sd)[des.term_of] ** 2]
     newton = _Newton(des, rows, y, fit.pseudo_count, 50, 1e-8)
+    heavy, theta = fit.heavy(), fit.coef.copy()
     with threadpool_limits(limits=1, user_api="blas"):
-        return _fitted(fit.spec, newton, newton.converge(fit.coef.copy(), prec), np.asarray(sd, float), fit.observed,
-                       prec)
+        if heavy.any():
+            s2 = sd[des.term_of] ** 2
+            H = newton.hessian(theta, prec)
+            for _ in range(sweeps):   # EM as in fit_irt: weights, then one Newton step
+                var = H.posterior_diag()[1:]
+                new = np.r_[0.0, np.where(heavy, _t_weights(theta[1:] ** 2 + var, s2, fit.nu), 1.0) / s2]
+                settled = float(np.abs(np.log(new[1:] / prec[1:])).max()) < 1e-2
+                prec = new
+                if settled:
+                    break
+                theta, _, _, H = newton.step(theta, prec, newton.objective(theta, prec))
+        return _fitted(fit.spec, newton, newton.converge(theta, prec), sd, fit.observed, prec, fit.nu)
 
 
-#: factors ``c`` of the variant terms' learnt prior scales at which :func:`scale_posterior` weighs the evidence
-SCALE_FACTORS: tuple[float, ...] = tuple(float(c) for c in np.exp(np.linspace(np.log(0.03), np.log(4.0), 12)))
+#: factors ``c`` of a variant term's learnt prior scale at which :func:`scale_posterior` weighs the evidence
+SCALE_FACTORS: tuple[float, ...] = tuple(float(c) for c in np.exp(np.linspace(np.log(0.03), np.log(4.0), 7)))
+#: a learnt scale at most this (logits) is taken as known: any factor of it leaves the estimates as they are
+NEGLIGIBLE_SD = 0.01
 
 
 def _log_evidence(fit: IRTFit, cells: pd.DataFrame) -> float:
     """Laplace approximation of the marginal likelihood of ``fit``'s observed cells under its prior scales:
-    ``-f(MAP) + 1/2 log|P| - 1/2 log|H|`` (``f`` the penalised negative log-likelihood, ``P`` the prior
-    precisions, ``H`` its Hessian - through the Schur complement and the question blocks)."""
+    ``log p(y | b) + log p(b) + d/2 log 2 pi - 1/2 log|H|`` at the MAP ``b``, with ``p(b)`` each effect's prior
+    density - Gaussian, or the Student-t of the heavy terms (:meth:`IRTFit.heavy`) - and ``H`` the Hessian with
+    the prior precisions of the fit (for t priors the EM-weighted ones: the t's own curvature turns negative at an
+    outlier), through the Schur complement and the question blocks; the intercept's prior is its pseudo-count,
+    unnormalised (the same constant at every scale)."""
+    des = fit.design
     rows = np.flatnonzero(fit.observed)
     y = pd.to_numeric(cells["correct"], errors="coerce").to_numpy()[rows]
-    f = _Newton(fit.design, rows, y, fit.pseudo_count, 1, 0.0).objective(fit.coef, fit.precision)
+    eta = _Newton(des, rows, y, fit.pseudo_count, 1, 0.0).eta(fit.coef)
+    b0, pc = fit.coef[0], fit.pseudo_count
+    log_lik = float((y * eta).sum() - np.logaddexp(0, eta).sum() - pc * (np.logaddexp(0, b0) + np.logaddexp(0, -b0)))
+    b = fit.coef[1:]
+    s2 = np.array([fit.sd[t.name] for t in des.terms])[des.term_of] ** 2
+    log_prior = -0.5 * np.log(2 * np.pi * s2) - b ** 2 / (2 * s2)
+    heavy = fit.heavy()
+    if heavy.any():
+        nu = float(fit.nu)
+        log_t = (special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2) - 0.5 * np.log(nu * np.pi * s2)
+                 - (nu + 1) / 2 * np.log1p(b ** 2 / (nu * s2)))
+        log_prior = np.where(heavy, log_t, log_prior)
     H = fit.hessian
     logdet = 2 * np.log(np.diag(H.chol_S)).sum()
     if H.Q:
         logdet += np.linalg.slogdet(H.blocks)[1].sum()
-    prec = fit.precision[fit.precision > 0]
-    return float(-f + 0.5 * np.log(prec).sum() - 0.5 * logdet)
+    return float(log_lik + log_prior.sum() + 0.5 * len(b) * np.log(2 * np.pi) - 0.5 * logdet)
 
 
-def scale_posterior(fit: IRTFit, cells: pd.DataFrame) -> tuple[np.ndarray, list[IRTFit]]:
-    """The posterior of the variant terms' prior scales: weights over :data:`SCALE_FACTORS` and the fit at
-    each (:func:`refit`), scales ``c x`` the learnt ones (the question term keeps its own).
+@dataclass(frozen=True)
+class ScaleProfile:
+    """The posterior of one factor ``c`` on the learnt prior scales of ``terms`` (the other terms at theirs):
+    ``weights`` over :data:`SCALE_FACTORS`."""
+
+    terms: tuple[str, ...]
+    weights: np.ndarray
+
+
+def scale_posterior(fit: IRTFit, cells: pd.DataFrame) -> list[ScaleProfile]:
+    """The posterior of the variant terms' prior scales, as profiles of one factor ``c x`` the learnt scales
+    (``c`` in :data:`SCALE_FACTORS`): first one factor on all variant terms together, then one per variant term
+    with the others at their learnt scales (a term learnt at most :data:`NEGLIGIBLE_SD` has none: any factor of
+    it leaves the estimates as they are). The question term keeps its own scale.
 
     Empirical Bayes keeps the scales that maximise the evidence, but at a few percent of a grid the variant terms
-    say little about their scale: noise alone gives a model whose formats are equal a few pp of spread, and a
-    real effect can be shrunk away. One factor ``c`` for all variant terms moves what the intervals of the
-    spread, the quantiles and the best / worst variant depend on; its posterior is the Laplace evidence
-    (:func:`_log_evidence`) at each ``c`` under a log-uniform hyperprior on the grid (scale-free; a half-Cauchy
-    puts little mass where the formats are equal - a spread of 0 - and covered the best variant less often,
-    measured in docs/budget.md)."""
+    say little about their scales: noise alone gives equal formats a few pp of spread - an interaction of them a
+    learnt scale of the binomial noise of its levels (0.2-0.3 logits at 20 cells a format), which invents a best
+    format several pp above the truth - and a real effect can be shrunk away. The joint factor moves the whole
+    spread; the per-term ones can shrink an interaction that is noise while the broken option-ID set beside it
+    keeps its scale, which no joint factor can. Each profile is the Laplace evidence (:func:`_log_evidence`) at
+    each ``c`` under a log-uniform hyperprior on the grid (scale-free; a half-Cauchy puts little mass where the
+    formats are equal - a spread of 0 - and covered the best variant less often)."""
     des = fit.design
-    dense = np.arange(len(des.terms)) < des.n_dense_terms
     sd_hat = np.array([fit.sd[t.name] for t in des.terms])
-    fits, logpost = [], []
-    for c in SCALE_FACTORS:
-        f = refit(fit, cells, np.where(dense, c * sd_hat, sd_hat))
-        fits.append(f)
-        logpost.append(_log_evidence(f, cells))
-    w = np.exp(np.asarray(logpost) - max(logpost))
-    return w / w.sum(), fits
+    dense = np.arange(len(des.terms)) < des.n_dense_terms
+    moves = [dense] + [np.arange(len(des.terms)) == k for k in np.flatnonzero(dense & (sd_hat > NEGLIGIBLE_SD))]
+    factors = np.asarray(SCALE_FACTORS)
+    out = []
+    for moved in moves:
+        logpost = np.empty(len(factors))
+        # two continuations outwards from the learnt scales, each fit started from its neighbour's
+        for chain in (np.flatnonzero(factors < 1)[::-1], np.flatnonzero(factors >= 1)):
+            prev = fit
+            for i in chain:
+                prev = refit(prev, cells, np.where(moved, factors[i] * sd_hat, sd_hat))
+                logpost[i] = _log_evidence(prev, cells)
+        w = np.exp(logpost - logpost.max())
+        out.append(ScaleProfile(tuple(t.name for t, m in zip(des.terms, moved) if m), w / w.sum()))
+    return out
+
+
+def draw_scales(fit: IRTFit, cells: pd.DataFrame, n: int, rng: np.random.Generator) -> list[IRTFit]:
+    """``n`` fits of ``cells`` at prior scales drawn from :func:`scale_posterior`, the MAP refitted at each
+    (:func:`refit`): half of them from the joint factor, the rest with every term's own factor drawn
+    independently - each factor by stratified inverse CDF with its strata shuffled (a Latin hypercube). Pooled,
+    they cover the best format, the 95 % quantile and the spread more often on the paper grids than either half
+    alone (docs/budget.md)."""
+    des = fit.design
+    sd_hat = np.array([fit.sd[t.name] for t in des.terms])
+    index = {t.name: k for k, t in enumerate(des.terms)}
+    joint, *own = scale_posterior(fit, cells)
+    n_joint = (n + 1) // 2
+
+    def draw(w: np.ndarray, m: int) -> np.ndarray:
+        u = (rng.permutation(m) + rng.random(m)) / m
+        return np.asarray(SCALE_FACTORS)[np.minimum(np.searchsorted(np.cumsum(w), u), len(w) - 1)]
+
+    factors = np.ones((n, len(des.terms)))
+    factors[:n_joint, [index[t] for t in joint.terms]] = draw(joint.weights, n_joint)[:, None]
+    for prof in own:
+        factors[n_joint:, index[prof.terms[0]]] = draw(prof.weights, n - n_joint)
+    return [refit(fit, cells, sd_hat * f) for f in factors]
 
 
 # ================================================================================================ estimates
@@ -715,13 +803,8 @@ class _Predictor:
         self.fits = [fit_irt(fr, spec, prior=prior) for fr in self.frames]
 
     def at_scales(self, n: int, rng: np.random.Generator) -> list[_Predictor]:
-        """``n`` predictors, each fit at prior scales drawn from their posterior (:func:`scale_posterior`) by
-        stratified inverse CDF, the strata shuffled per fit (a Latin hypercube)."""
-        picks = []
-        for f, fr in zip(self.fits, self.frames):
-            w, fits = scale_posterior(f, fr)
-            u = (rng.permutation(n) + rng.random(n)) / n
-            picks.append([fits[min(int(np.searchsorted(np.cumsum(w), x)), len(fits) - 1)] for x in u])
+        """``n`` predictors, each fit at prior scales drawn from their posterior (:func:`draw_scales`)."""
+        picks = [draw_scales(f, fr, n, rng) for f, fr in zip(self.fits, self.frames)]
         out = []
         for k in range(n):
             p = copy.copy(self)
@@ -750,7 +833,7 @@ def _posterior_accuracy(pred: _Predictor, g: pd.DataFrame, spec: GridSpec, y: np
 
     ``scale_draws=0``: coefficients from the Laplace posterior at the learnt scales, unobserved cells drawn as
     Bernoulli(p), centred on the plug-in (:func:`_centred_draws`). ``scale_draws=K``: the prior scales are
-    uncertain too - K scale factors from their posterior (:func:`scale_posterior`), at each the MAP again and
+    uncertain too - K draws of the scales from their posterior (:func:`draw_scales`), at each the MAP again and
     ``n_draws / K`` draws from its Laplace posterior, pooled: a mixture over the scales, which lets the interval
     of a 5 % quantile or of the best variant reach a truth the learnt scales shrink away from (or invent). Each
     set's per-unit accuracies and mean are centred on its own plug-in; its quantiles, best, worst and spread enter
