@@ -33,10 +33,10 @@ Method - PromptEval (Maia Polo et al., "Efficient multi-prompt evaluation of LLM
   nobody ran is part of the error. The prior scales are uncertain too: the intervals integrate over factors
   on the variant terms' learnt scales - one on all of them, and one per term - weighted by their Laplace
   evidence under each term's own prior (Gaussian or Student-t, :func:`scale_posterior`, :func:`draw_scales`),
-  with the Laplace draws at each draw of the scales centred on its plug-in (:func:`_centred_draws`) and pooled. That raises the
-  coverage of every extreme statistic, but at 2 % of a grid the 90 % intervals of the best variant, the 95 % and
-  the 25 / 50 % quantiles still hold only 70-80 % of the time on the paper grids (docs/budget.md says where and
-  why).
+  with the Laplace draws at each draw of the scales centred on its plug-in (:func:`_centred_draws`) and pooled.
+  That raises the coverage of every extreme statistic, but at 2 % of a grid the 90 % intervals of the best
+  variant, the 95 % and the 25 / 50 % quantiles still hold only 70-80 % of the time on the paper grids
+  (docs/budget.md says where and why).
 * **Designs.** :func:`stratified_order`: a seeded sequence of cells balanced over variants, questions and
   shifts (PromptEval's ``StratSample`` balances variants and examples); every prefix is a design, so a larger
   budget extends a smaller one. :func:`adaptive_batch`: the next cells where they shrink the summed posterior
@@ -345,12 +345,14 @@ class IRTFit:
     #: degrees of freedom of the Student-t prior of the terms without the question (None: every prior Gaussian)
     nu: float | None = None
 
+    @property
+    def term_sd(self) -> np.ndarray:
+        """The prior scales :attr:`sd` as an array in ``design.terms`` order."""
+        return np.array([self.sd[t.name] for t in self.design.terms])
+
     def heavy(self) -> np.ndarray:
         """Per effect (design column): whether its prior is the Student-t one."""
-        if self.nu is None:
-            return np.zeros(self.design.d, bool)
-        q = self.spec.question
-        return np.array([q not in t.columns for t in self.design.terms])[self.design.term_of]
+        return _heavy_terms(self.spec, self.design.terms, self.nu)[self.design.term_of]
 
     @property
     def p(self) -> np.ndarray:
@@ -451,7 +453,7 @@ def fit_irt(cells: pd.DataFrame, spec: GridSpec, prior: str = "empirical", pseud
 
     nu = spec.nu if nu == "spec" else nu
     nu_ = np.inf if nu is None else float(nu)
-    heavy = np.array([np.isfinite(nu_) and spec.question not in t.columns for t in des.terms])
+    heavy = _heavy_terms(spec, des.terms, nu)
 
     with threadpool_limits(limits=1, user_api="blas"):  # small dense blocks: threads only add overhead
         prec = np.r_[0.0, 1.0 / sd[des.term_of] ** 2]
@@ -486,6 +488,12 @@ def fit_irt(cells: pd.DataFrame, spec: GridSpec, prior: str = "empirical", pseud
         return _fitted(spec, newton, theta, sd, obs, prec, nu if prior == "empirical" and heavy.any() else None)
 
 
+def _heavy_terms(spec: GridSpec, terms: Sequence[Term], nu: float | None) -> np.ndarray:
+    """Per term: whether its prior is Student-t (a finite ``nu``, a term without the question)."""
+    t_prior = nu is not None and bool(np.isfinite(nu))
+    return np.array([t_prior and spec.question not in t.columns for t in terms], bool)
+
+
 def _t_weights(e2: np.ndarray, s2: np.ndarray, nu: float) -> np.ndarray:
     """The EM weight ``(nu + 1) / (nu + E[b^2] / s^2)`` of each effect's prior precision under a Student-t prior
     of scale ``s`` (a scale mixture of normals)."""
@@ -515,8 +523,7 @@ def refit(fit: IRTFit, cells: pd.DataFrame, sd: np.ndarray, sweeps: int = 10) ->
     rows = np.flatnonzero(fit.observed)
     y = pd.to_numeric(cells["correct"], errors="coerce").to_numpy()[rows]
     sd = np.asarray(sd, float)
-    old = np.array([fit.sd[t.name] for t in des.terms])
-    prec = fit.precision * np.r_[1.0, (old / sd)[des.term_of] ** 2]
+    prec = fit.precision * np.r_[1.0, (fit.term_sd / sd)[des.term_of] ** 2]
     newton = _Newton(des, rows, y, fit.pseudo_count, 50, 1e-8)
     heavy, theta = fit.heavy(), fit.coef.copy()
     with threadpool_limits(limits=1, user_api="blas"):
@@ -550,11 +557,10 @@ def _log_evidence(fit: IRTFit, cells: pd.DataFrame) -> float:
     des = fit.design
     rows = np.flatnonzero(fit.observed)
     y = pd.to_numeric(cells["correct"], errors="coerce").to_numpy()[rows]
-    eta = _Newton(des, rows, y, fit.pseudo_count, 1, 0.0).eta(fit.coef)
-    b0, pc = fit.coef[0], fit.pseudo_count
-    log_lik = float((y * eta).sum() - np.logaddexp(0, eta).sum() - pc * (np.logaddexp(0, b0) + np.logaddexp(0, -b0)))
+    # the objective without the effects' priors: -(log-likelihood + the intercept's pseudo-count)
+    log_lik = -_Newton(des, rows, y, fit.pseudo_count, 1, 0.0).objective(fit.coef, np.zeros_like(fit.precision))
     b = fit.coef[1:]
-    s2 = np.array([fit.sd[t.name] for t in des.terms])[des.term_of] ** 2
+    s2 = fit.term_sd[des.term_of] ** 2
     log_prior = -0.5 * np.log(2 * np.pi * s2) - b ** 2 / (2 * s2)
     heavy = fit.heavy()
     if heavy.any():
@@ -593,7 +599,7 @@ def scale_posterior(fit: IRTFit, cells: pd.DataFrame) -> list[ScaleProfile]:
     each ``c`` under a log-uniform hyperprior on the grid (scale-free; a half-Cauchy puts little mass where the
     formats are equal - a spread of 0 - and covered the best variant less often)."""
     des = fit.design
-    sd_hat = np.array([fit.sd[t.name] for t in des.terms])
+    sd_hat = fit.term_sd
     dense = np.arange(len(des.terms)) < des.n_dense_terms
     moves = [dense] + [np.arange(len(des.terms)) == k for k in np.flatnonzero(dense & (sd_hat > NEGLIGIBLE_SD))]
     factors = np.asarray(SCALE_FACTORS)
@@ -618,7 +624,7 @@ def draw_scales(fit: IRTFit, cells: pd.DataFrame, n: int, rng: np.random.Generat
     they cover the best format, the 95 % quantile and the spread more often on the paper grids than either half
     alone (docs/budget.md)."""
     des = fit.design
-    sd_hat = np.array([fit.sd[t.name] for t in des.terms])
+    sd_hat = fit.term_sd
     index = {t.name: k for k, t in enumerate(des.terms)}
     joint, *own = scale_posterior(fit, cells)
     n_joint = (n + 1) // 2
